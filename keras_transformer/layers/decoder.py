@@ -1,0 +1,74 @@
+"""The decoder stack (section 3.1): N identical layers of masked self-attention, encoder-decoder
+attention and feed-forward, with a key/value cache for step-by-step decoding."""
+
+import keras
+
+from keras_transformer.layers.sublayers import TransformerLayer, TransformerStack
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(TransformerLayer):
+    """Masked multi-head self-attention, multi-head attention over the encoder output, then the
+    position-wise feed-forward network, each inside a residual sub-layer connection (section 3.1,
+    Figure 1 right)."""
+
+    sublayer_names = ("self_attention", "cross_attention", "feed_forward")
+
+    def build(self, x_shape, memory_shape=None):
+        self._build_sublayers(x_shape, memory_shape or x_shape)
+
+    def initial_cache(self, memory, max_length):
+        """{"self": zero key/value buffers of ``max_length`` steps, "cross": the projected memory}."""
+        batch = keras.ops.shape(memory)[0]
+        return {"self": self.self_attention.initial_cache(batch, max_length),
+                "cross": self.cross_attention.compute_cache(memory)}
+
+    def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
+             cache_index=None, training=None):
+        """Teacher forcing: x [batch, target_length, d_model], memory [batch, source_length, d_model],
+        self_attention_mask [batch, 1, target_length, target_length] (look-ahead and padding),
+        memory_mask [batch, 1, 1, source_length].
+
+        Incremental decoding: x [batch, 1, d_model] at position ``cache_index``, ``cache`` from
+        ``initial_cache``, self_attention_mask from ``masks.cache_step_mask``; returns (x, cache).
+        """
+        if cache is None:
+            x = self._connect("self_attention", x, lambda h: self.self_attention(
+                h, attention_mask=self_attention_mask, training=training), training)
+            x = self._connect("cross_attention", x, lambda h: self.cross_attention(
+                h, memory, attention_mask=memory_mask, training=training), training)
+            return self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training),
+                                 training)
+        x, self_cache = self._connect("self_attention", x, lambda h: self.self_attention(
+            h, attention_mask=self_attention_mask, cache=cache["self"], cache_index=cache_index,
+            training=training), training)
+        x, cross_cache = self._connect("cross_attention", x, lambda h: self.cross_attention(
+            h, attention_mask=memory_mask, cache=cache["cross"], training=training), training)
+        x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training), training)
+        return x, {"self": self_cache, "cross": cross_cache}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Decoder(TransformerStack):
+    """The decoder: N ``DecoderLayer``s, with a per-layer cache for incremental decoding."""
+
+    layer_class = DecoderLayer
+
+    def build(self, x_shape, memory_shape=None):
+        self._build_layers(x_shape, memory_shape)
+
+    def initial_cache(self, memory, max_length):
+        return {f"layer_{i}": layer.initial_cache(memory, max_length) for i, layer in enumerate(self.layers)}
+
+    def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
+             cache_index=None, training=None):
+        new_cache = {}
+        for i, layer in enumerate(self.layers):
+            if cache is None:
+                x = layer(x, memory, self_attention_mask, memory_mask, training=training)
+            else:
+                x, new_cache[f"layer_{i}"] = layer(x, None, self_attention_mask, memory_mask,
+                                                   cache=cache[f"layer_{i}"], cache_index=cache_index,
+                                                   training=training)
+        x = self._final(x)
+        return x if cache is None else (x, new_cache)

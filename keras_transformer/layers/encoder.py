@@ -1,0 +1,34 @@
+"""The encoder stack (section 3.1): N identical layers of self-attention and feed-forward."""
+
+import keras
+
+from keras_transformer.layers.sublayers import TransformerLayer, TransformerStack
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderLayer(TransformerLayer):
+    """Multi-head self-attention, then the position-wise feed-forward network, each inside a
+    residual sub-layer connection (section 3.1, Figure 1 left)."""
+
+    sublayer_names = ("self_attention", "feed_forward")
+
+    def build(self, input_shape):
+        self._build_sublayers(input_shape)
+
+    def call(self, x, padding_mask=None, training=None):
+        """x [batch, length, d_model]; padding_mask bool [batch, 1, 1, length] (see ``masks``)."""
+        x = self._connect("self_attention", x,
+                          lambda h: self.self_attention(h, attention_mask=padding_mask, training=training), training)
+        return self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training), training)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(TransformerStack):
+    """The encoder: N ``EncoderLayer``s."""
+
+    layer_class = EncoderLayer
+
+    def call(self, x, padding_mask=None, training=None):
+        for layer in self.layers:
+            x = layer(x, padding_mask=padding_mask, training=training)
+        return self._final(x)

@@ -1,0 +1,108 @@
+"""What the encoder and decoder stacks share (section 3.1): the residual sub-layer connection,
+the per-layer hyper-parameters, and a stack of N identical layers."""
+
+import keras
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+
+
+def sublayer_connection(x, sublayer, layer_norm, dropout, norm_first, training=None):
+    """Residual connection around one sub-layer with dropout and layer normalisation.
+
+    Post-LN, the paper's (sections 3.1 and 5.4): LayerNorm(x + Dropout(Sublayer(x))).
+    Pre-LN (``norm_first``), what most later code uses: x + Dropout(Sublayer(LayerNorm(x))); the
+    stack then needs a final LayerNorm. ``sublayer`` may return a tuple whose first item is the
+    output; the rest (an updated cache) is returned after the new x.
+    """
+    result = sublayer(layer_norm(x) if norm_first else x)
+    output, extras = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
+    y = x + dropout(output, training=training)
+    if not norm_first:
+        y = layer_norm(y)
+    return (y,) + extras if extras else y
+
+
+class TransformerLayer(keras.layers.Layer):
+    """What encoder and decoder layers share: hyper-parameters, config, and one LayerNorm and one
+    dropout per residual sub-layer connection."""
+
+    sublayer_names = ()
+
+    def __init__(self, d_model, num_heads, d_ff, d_k=None, d_v=None, dropout_rate=0.1,
+                 attention_dropout=0.0, relu_dropout=0.0, norm_first=False, layer_norm_epsilon=1e-6,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self._layer_config = dict(d_model=d_model, num_heads=num_heads, d_ff=d_ff, d_k=d_k, d_v=d_v,
+                                  dropout_rate=dropout_rate, attention_dropout=attention_dropout,
+                                  relu_dropout=relu_dropout, norm_first=norm_first,
+                                  layer_norm_epsilon=layer_norm_epsilon)
+        self.norm_first = norm_first
+        policy = self.dtype_policy
+        attention = dict(num_heads=num_heads, d_model=d_model, d_k=d_k, d_v=d_v,
+                         attention_dropout=attention_dropout, dtype=policy)
+        for name in self.sublayer_names:
+            if name.endswith("attention"):
+                setattr(self, name, MultiHeadAttention(name=name, **attention))
+            else:
+                setattr(self, name, PositionwiseFeedForward(d_model, d_ff, relu_dropout, name=name,
+                                                            dtype=policy))
+            setattr(self, f"{name}_norm", keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, name=f"{name}_norm", dtype=policy))
+            setattr(self, f"{name}_dropout", keras.layers.Dropout(dropout_rate, dtype=policy))
+
+    def _build_sublayers(self, x_shape, memory_shape=None):
+        for name in self.sublayer_names:
+            if name == "cross_attention":
+                getattr(self, name).build(x_shape, memory_shape)
+            else:
+                getattr(self, name).build(x_shape)
+            getattr(self, f"{name}_norm").build(x_shape)
+        self.built = True
+
+    def _connect(self, name, x, sublayer, training):
+        return sublayer_connection(x, sublayer, getattr(self, f"{name}_norm"),
+                                   getattr(self, f"{name}_dropout"), self.norm_first, training)
+
+    def get_config(self):
+        return {**super().get_config(), **self._layer_config}
+
+
+def layer_kwargs(config):
+    """The per-layer arguments of ``EncoderLayer``/``DecoderLayer`` from a ``TransformerConfig``."""
+    return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+                d_k=config.d_k, d_v=config.d_v, dropout_rate=config.dropout_rate,
+                attention_dropout=config.attention_dropout, relu_dropout=config.relu_dropout,
+                norm_first=config.norm_first, layer_norm_epsilon=config.layer_norm_epsilon)
+
+
+class TransformerStack(keras.layers.Layer):
+    """N identical layers (N = 6 in the paper); with pre-LN, a final LayerNorm after the last."""
+
+    layer_class = None
+
+    def __init__(self, num_layers, layer_config, **kwargs):
+        super().__init__(**kwargs)
+        self.num_layers = num_layers
+        self.layer_config = dict(layer_config)
+        self.layers = [self.layer_class(**self.layer_config, name=f"layer_{i}", dtype=self.dtype_policy)
+                       for i in range(num_layers)]
+        self.final_norm = (keras.layers.LayerNormalization(
+            epsilon=self.layer_config["layer_norm_epsilon"], name="final_norm", dtype=self.dtype_policy)
+            if self.layer_config["norm_first"] else None)
+
+    def build(self, x_shape):
+        self._build_layers(x_shape)
+
+    def _build_layers(self, x_shape, *other_shapes):
+        for layer in self.layers:
+            layer.build(x_shape, *other_shapes)
+        if self.final_norm is not None:
+            self.final_norm.build(x_shape)
+        self.built = True
+
+    def _final(self, x):
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def get_config(self):
+        return {**super().get_config(), "num_layers": self.num_layers, "layer_config": self.layer_config}

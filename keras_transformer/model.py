@@ -1,0 +1,161 @@
+"""The Transformer (section 3, Figure 1) as a ``keras.Model``."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.layers import masks
+from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.embedding import (LearnedPositionalEmbedding, SharedEmbedding,
+                                                positional_encoding)
+from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.sublayers import layer_kwargs
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Transformer(keras.Model):
+    """Encoder-decoder Transformer.
+
+    ``model((source_ids, target_input_ids), training=...)`` -> float32 logits
+    [batch, target_length, target_vocab]; ids are int [batch, length] with ``config.pad_id`` (0) as
+    padding. For decoding: ``encode`` once, ``init_cache``, then ``decode_step`` per output position.
+    """
+
+    def __init__(self, config, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = TransformerConfig.from_dict(config)
+        self.config = config
+        policy = self.dtype_policy
+        d_model = config.d_model
+        # Section 3.4: one matrix for both embeddings and the pre-softmax projection.
+        self.target_embedding = SharedEmbedding(config.output_vocab_size, d_model,
+                                                name="target_embedding", dtype=policy)
+        if config.joint_vocabulary and config.share_embeddings:
+            self.source_embedding = self.target_embedding
+        else:
+            self.source_embedding = SharedEmbedding(config.vocab_size, d_model, name="source_embedding",
+                                                    dtype=policy)
+        self.softmax_embedding = (self.target_embedding if config.share_embeddings else
+                                  SharedEmbedding(config.output_vocab_size, d_model,
+                                                  name="softmax_embedding", dtype=policy))
+        if config.positional == "learned":
+            self.source_positions = LearnedPositionalEmbedding(config.max_length, d_model,
+                                                               name="source_positions", dtype=policy)
+            self.target_positions = LearnedPositionalEmbedding(config.max_length, d_model,
+                                                               name="target_positions", dtype=policy)
+        # Section 5.4: dropout on the sums of embeddings and positional encodings.
+        self.embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout", dtype=policy)
+        stack = dict(num_layers=config.num_layers, layer_config=layer_kwargs(config), dtype=policy)
+        self.encoder = Encoder(name="encoder", **stack)
+        self.decoder = Decoder(name="decoder", **stack)
+
+    def build(self, input_shape):
+        source_shape, target_shape = (tuple(shape) for shape in input_shape)
+        for embedding in {id(e): e for e in (self.source_embedding, self.target_embedding,
+                                             self.softmax_embedding)}.values():
+            embedding.build()
+        if self.config.positional == "learned":
+            self.source_positions.build()
+            self.target_positions.build()
+        d_model = self.config.d_model
+        self.encoder.build(source_shape + (d_model,))
+        self.decoder.build(target_shape + (d_model,), source_shape + (d_model,))
+        self.built = True
+
+    # -- input checks: a clear error here instead of a gather failure deep inside TensorFlow --
+
+    def _checked_ids(self, ids, vocab_size, name):
+        ids = ops.convert_to_tensor(ids)
+        if not ids.dtype.is_integer:
+            raise ValueError(f"{name} must hold integer token ids; got dtype {ids.dtype.name}.")
+        if ids.shape.rank != 2:
+            raise ValueError(f"{name} must have shape [batch, length]; got shape {ids.shape}.")
+        if self.config.positional == "learned" and (ids.shape[1] or 0) > self.config.max_length:
+            raise ValueError(f"{name} has length {ids.shape[1]} > max_length={self.config.max_length} "
+                             "of the learned positional embeddings.")
+        ids = ops.cast(ids, "int32")
+        if isinstance(ids, tf.Tensor) and tf.executing_eagerly():
+            values = ids.numpy()
+            bad = np.argwhere((values < 0) | (values >= vocab_size))
+            if len(bad):
+                row, column = bad[0]
+                raise ValueError(f"{name} holds id {values[row, column]} at [{row}, {column}], outside "
+                                 f"the vocabulary [0, {vocab_size}).")
+            return ids
+        with tf.control_dependencies([
+            tf.debugging.assert_non_negative(ids, message=f"{name} holds negative token ids"),
+            tf.debugging.assert_less(ids, vocab_size,
+                                     message=f"{name} holds ids >= vocabulary size {vocab_size}"),
+        ]):
+            return tf.identity(ids)
+
+    # -- the forward pass --
+
+    def _embed(self, ids, embedding, positions, start=0, training=None):
+        """Token embeddings x sqrt(d_model) (section 3.4) plus positional encodings (section 3.5)."""
+        length = ops.shape(ids)[1]
+        if self.config.positional == "learned":
+            position_table = positions(ids, start=start)
+        else:
+            position_table = positional_encoding(length, self.config.d_model, start)
+        x = embedding(ids) + ops.cast(position_table, self.compute_dtype)
+        return self.embedding_dropout(x, training=training)
+
+    def encode(self, source_ids, training=False):
+        """source_ids [batch, source_length] -> (memory [batch, source_length, d_model],
+        memory_mask bool [batch, 1, 1, source_length])."""
+        source_ids = self._checked_ids(source_ids, self.config.vocab_size, "source_ids")
+        memory_mask = masks.padding_mask(source_ids, self.config.pad_id)
+        x = self._embed(source_ids, self.source_embedding, getattr(self, "source_positions", None),
+                        training=training)
+        return self.encoder(x, padding_mask=memory_mask, training=training), memory_mask
+
+    def decode(self, target_input_ids, memory, memory_mask, training=False):
+        """Teacher-forced decoding: float32 logits [batch, target_length, target_vocab]."""
+        target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
+                                             "target_input_ids")
+        x = self._embed(target_input_ids, self.target_embedding, getattr(self, "target_positions", None),
+                        training=training)
+        self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
+        x = self.decoder(x, memory, self_mask, memory_mask, training=training)
+        return self.softmax_embedding.project(x)
+
+    def call(self, inputs, training=None):
+        source_ids, target_input_ids = inputs
+        memory, memory_mask = self.encode(source_ids, training=training)
+        return self.decode(target_input_ids, memory, memory_mask, training=training)
+
+    # -- step-by-step decoding (section 6.1's beam search calls this through one step function) --
+
+    def init_cache(self, memory, memory_mask, max_decode_length):
+        """A plain nested dict of tensors, each with the batch as leading dimension: the memory mask,
+        and per decoder layer zero self-attention buffers of ``max_decode_length`` steps plus the
+        encoder-decoder keys/values, projected once."""
+        return {"memory_mask": memory_mask,
+                "decoder": self.decoder.initial_cache(memory, max_decode_length)}
+
+    def decode_step(self, ids, index, cache):
+        """ids int [batch]: the tokens at position ``index`` (scalar). Returns float32 logits
+        [batch, target_vocab] for position index + 1, and the updated cache."""
+        x = self._embed(ops.expand_dims(ops.cast(ids, "int32"), 1), self.target_embedding,
+                        getattr(self, "target_positions", None), start=index)
+        max_length = ops.shape(cache["decoder"]["layer_0"]["self"]["key"])[2]
+        x, decoder_cache = self.decoder(x, None, masks.cache_step_mask(index, max_length),
+                                        cache["memory_mask"], cache=cache["decoder"], cache_index=index)
+        logits = self.softmax_embedding.project(x)[:, 0, :]
+        return logits, {"memory_mask": cache["memory_mask"], "decoder": decoder_cache}
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable,
+                "dtype": keras.saving.serialize_keras_object(self.dtype_policy)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        model_config = TransformerConfig.from_dict(config.pop("config"))
+        if "dtype" in config and isinstance(config["dtype"], dict):
+            config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
+        return cls(model_config, **config)

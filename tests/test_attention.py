@@ -1,0 +1,104 @@
+"""Eq. (1) and multi-head attention (section 3.2), against numpy and keras.layers.MultiHeadAttention."""
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer.layers import MultiHeadAttention, scaled_dot_product_attention
+from keras_transformer.layers.masks import cache_step_mask, look_ahead_mask, padding_mask
+
+RNG = np.random.default_rng(0)
+
+
+def numpy_attention(q, k, v, mask):
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    scores = np.where(mask, scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    return weights @ v, weights
+
+
+def test_scaled_dot_product_attention_matches_equation_1_and_masks():
+    q = RNG.normal(size=(2, 3, 5, 8)).astype("float32")
+    k = RNG.normal(size=(2, 3, 7, 8)).astype("float32")
+    v = RNG.normal(size=(2, 3, 7, 4)).astype("float32")
+    ids = np.array([[4, 5, 6, 7, 0, 0, 0], [4, 5, 6, 7, 8, 9, 1]])
+    mask = np.asarray(padding_mask(ids))
+    outputs, weights = scaled_dot_product_attention(q, k, v, mask)
+    expected_outputs, expected_weights = numpy_attention(q, k, v, mask)
+    np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
+    np.testing.assert_allclose(outputs, expected_outputs, atol=1e-5)
+    np.testing.assert_allclose(np.sum(weights, -1), 1.0, atol=1e-6)
+    assert np.all(np.asarray(weights)[0, :, :, 4:] == 0.0)
+
+
+def test_fully_masked_row_gives_finite_uniform_weights():
+    q = k = v = np.ones((1, 1, 2, 4), "float32")
+    outputs, weights = scaled_dot_product_attention(q, k, v, np.zeros((1, 1, 2, 2), bool))
+    assert np.all(np.isfinite(outputs))
+    np.testing.assert_allclose(weights, 0.5)
+
+
+def copy_into_keras_attention(ours, theirs):
+    """Our [d_model, h * d_k] projections are the per-head W_i stacked side by side."""
+    h, d_k, d_v = ours.num_heads, ours.d_k, ours.d_v
+    values = []
+    for projection, depth in ((ours.query_projection, d_k), (ours.key_projection, d_k),
+                              (ours.value_projection, d_v)):
+        kernel, bias = projection.get_weights()
+        values += [kernel.reshape(kernel.shape[0], h, depth), bias.reshape(h, depth)]
+    kernel, bias = ours.output_projection.get_weights()
+    values += [kernel.reshape(h, d_v, kernel.shape[1]), bias]
+    theirs.set_weights(values)
+
+
+@pytest.mark.parametrize("d_k,d_v", [(None, None), (4, 12)])
+def test_multi_head_attention_equals_keras(d_k, d_v):
+    ours = MultiHeadAttention(num_heads=4, d_model=32, d_k=d_k, d_v=d_v)
+    query = RNG.normal(size=(2, 5, 32)).astype("float32")
+    memory = RNG.normal(size=(2, 6, 32)).astype("float32")
+    memory_ids = np.array([[3, 4, 5, 6, 7, 8], [3, 4, 5, 0, 0, 0]])
+    mask = padding_mask(memory_ids)
+    ours_out, ours_weights = ours(query, memory, attention_mask=mask, return_attention_weights=True)
+    theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=ours.d_k, value_dim=ours.d_v)
+    theirs.build(query.shape, memory.shape)
+    copy_into_keras_attention(ours, theirs)
+    keras_mask = np.broadcast_to(np.asarray(mask)[:, 0], (2, 5, 6))
+    theirs_out, theirs_weights = theirs(query, memory, attention_mask=keras_mask,
+                                        return_attention_scores=True)
+    np.testing.assert_allclose(ours_out, theirs_out, atol=1e-5)
+    np.testing.assert_allclose(ours_weights, theirs_weights, atol=1e-6)
+
+
+def test_incremental_self_attention_with_fixed_cache_equals_causal_attention():
+    layer = MultiHeadAttention(num_heads=2, d_model=16)
+    x = RNG.normal(size=(3, 5, 16)).astype("float32")
+    full = np.asarray(layer(x, attention_mask=look_ahead_mask(5)))
+    max_length = 8  # longer than the sequence: unused slots must stay invisible
+    cache = layer.initial_cache(3, max_length)
+    for i in range(5):
+        step, cache = layer(x[:, i:i + 1], attention_mask=cache_step_mask(i, max_length), cache=cache,
+                            cache_index=i)
+        np.testing.assert_allclose(step[:, 0], full[:, i], atol=1e-5)
+        assert cache["key"].shape == (3, 2, max_length, 8)
+    assert np.all(np.asarray(cache["key"])[:, :, 5:] == 0)
+
+
+def test_precomputed_cross_attention_cache_equals_direct_call():
+    layer = MultiHeadAttention(num_heads=2, d_model=16)
+    query = RNG.normal(size=(2, 1, 16)).astype("float32")
+    memory = RNG.normal(size=(2, 4, 16)).astype("float32")
+    direct = layer(query, memory)
+    cached, _ = layer(query, cache=layer.compute_cache(memory))
+    np.testing.assert_allclose(direct, cached, atol=1e-6)
+
+
+def test_config_round_trip():
+    layer = MultiHeadAttention(num_heads=4, d_model=32, d_k=4, d_v=12, attention_dropout=0.1)
+    clone = MultiHeadAttention.from_config(layer.get_config())
+    assert (clone.num_heads, clone.d_k, clone.d_v, clone.attention_dropout) == (4, 4, 12, 0.1)
+
+
+def test_heads_must_divide_d_model():
+    with pytest.raises(ValueError, match="d_model=30 is not divisible by num_heads=4"):
+        MultiHeadAttention(num_heads=4, d_model=30)

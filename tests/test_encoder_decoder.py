@@ -1,0 +1,73 @@
+"""EncoderLayer/DecoderLayer against keras_hub.layers.TransformerEncoder/TransformerDecoder with the
+same weights (both post-LN, the paper's arrangement, and pre-LN)."""
+
+import keras_hub
+import numpy as np
+import pytest
+
+from keras_transformer.layers import (Decoder, DecoderLayer, Encoder, EncoderLayer, padding_mask)
+from keras_transformer.layers.masks import decoder_self_attention_mask
+from test_attention import copy_into_keras_attention
+
+RNG = np.random.default_rng(1)
+D_MODEL, HEADS, D_FF, EPS = 32, 4, 64, 1e-6
+
+
+def copy_feed_forward_and_norms(ours, theirs, names):
+    theirs._feedforward_intermediate_dense.set_weights(ours.feed_forward.inner.get_weights())
+    theirs._feedforward_output_dense.set_weights(ours.feed_forward.outer.get_weights())
+    for our_name, their_name in names:
+        getattr(theirs, their_name).set_weights(getattr(ours, our_name).get_weights())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_equals_keras_hub(norm_first):
+    ours = EncoderLayer(D_MODEL, HEADS, D_FF, norm_first=norm_first, layer_norm_epsilon=EPS)
+    theirs = keras_hub.layers.TransformerEncoder(D_FF, HEADS, layer_norm_epsilon=EPS,
+                                                 normalize_first=norm_first)
+    x = RNG.normal(size=(2, 6, D_MODEL)).astype("float32")
+    ids = np.array([[5, 6, 7, 8, 9, 3], [5, 6, 3, 0, 0, 0]])
+    ours_out = np.asarray(ours(x, padding_mask=padding_mask(ids)))
+    theirs.build(x.shape)
+    copy_into_keras_attention(ours.self_attention, theirs._self_attention_layer)
+    copy_feed_forward_and_norms(ours, theirs, [("self_attention_norm", "_self_attention_layer_norm"),
+                                               ("feed_forward_norm", "_feedforward_layer_norm")])
+    theirs_out = np.asarray(theirs(x, padding_mask=ids != 0))
+    np.testing.assert_allclose(ours_out, theirs_out, atol=1e-4)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_equals_keras_hub(norm_first):
+    ours = DecoderLayer(D_MODEL, HEADS, D_FF, norm_first=norm_first, layer_norm_epsilon=EPS)
+    theirs = keras_hub.layers.TransformerDecoder(D_FF, HEADS, layer_norm_epsilon=EPS,
+                                                 normalize_first=norm_first)
+    x = RNG.normal(size=(2, 5, D_MODEL)).astype("float32")
+    memory = RNG.normal(size=(2, 6, D_MODEL)).astype("float32")
+    target_ids = np.array([[2, 5, 6, 7, 8], [2, 5, 6, 0, 0]])
+    source_ids = np.array([[5, 6, 7, 8, 9, 3], [5, 6, 3, 0, 0, 0]])
+    ours_out = np.asarray(ours(x, memory, decoder_self_attention_mask(target_ids),
+                               padding_mask(source_ids)))
+    theirs.build(x.shape, memory.shape)
+    copy_into_keras_attention(ours.self_attention, theirs._self_attention_layer)
+    copy_into_keras_attention(ours.cross_attention, theirs._cross_attention_layer)
+    copy_feed_forward_and_norms(ours, theirs, [("self_attention_norm", "_self_attention_layer_norm"),
+                                               ("cross_attention_norm", "_cross_attention_layer_norm"),
+                                               ("feed_forward_norm", "_feedforward_layer_norm")])
+    theirs_out = np.asarray(theirs(x, memory, decoder_padding_mask=target_ids != 0,
+                                   encoder_padding_mask=source_ids != 0))
+    real = target_ids != 0
+    np.testing.assert_allclose(ours_out[real], theirs_out[real], atol=1e-4)
+
+
+def test_layers_and_stacks_round_trip_their_config():
+    kwargs = dict(d_model=16, num_heads=2, d_ff=32, d_k=4, d_v=12, dropout_rate=0.2,
+                  attention_dropout=0.1, relu_dropout=0.05, norm_first=True, layer_norm_epsilon=1e-5)
+    for cls in (EncoderLayer, DecoderLayer):
+        config = cls(**kwargs).get_config()
+        assert {k: config[k] for k in kwargs} == kwargs
+        assert cls.from_config(config).get_config() == config
+    for cls in (Encoder, Decoder):
+        stack = cls(num_layers=3, layer_config=kwargs)
+        clone = cls.from_config(stack.get_config())
+        assert len(clone.layers) == 3 and clone.final_norm is not None
+        assert clone.get_config() == stack.get_config()

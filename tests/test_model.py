@@ -1,0 +1,138 @@
+"""The whole Transformer: parameter counts, causality, padding invariance, cached decoding,
+serialisation and input errors."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer, TransformerConfig
+
+VOCAB = 40
+
+
+def tiny(**overrides):
+    return Transformer(TransformerConfig.from_preset("tiny", vocab_size=VOCAB, **overrides))
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny()
+
+
+SOURCE = np.array([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0]])
+TARGET = np.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]])
+
+
+def expected_parameters(c, vocab):
+    """Count from the shapes the paper gives (sections 3.2.2-3.4), with biases and LayerNorm."""
+    d, h = c.d_model, c.num_heads
+    attention = 2 * (d * h * c.d_k + h * c.d_k) + (d * h * c.d_v + h * c.d_v) + (h * c.d_v * d + d)
+    feed_forward = d * c.d_ff + c.d_ff + c.d_ff * d + d
+    layer_norm = 2 * d
+    encoder = c.num_layers * (attention + feed_forward + 2 * layer_norm)
+    decoder = c.num_layers * (2 * attention + feed_forward + 3 * layer_norm)
+    final_norms = 2 * layer_norm if c.norm_first else 0
+    return vocab * d + encoder + decoder + final_norms
+
+
+@pytest.mark.parametrize("preset,paper_millions", [("base", 65), ("big", 213)])
+def test_parameter_count_matches_formula_and_paper(preset, paper_millions):
+    config = TransformerConfig.from_preset(preset, vocab_size=37000)
+    m = Transformer(config)
+    m.build(((None, None), (None, None)))
+    count = m.count_params()
+    assert count == expected_parameters(config, 37000)
+    assert abs(count / 1e6 - paper_millions) / paper_millions < 0.04  # README explains the gap
+    del m
+    keras.backend.clear_session()
+
+
+def test_unshared_and_pre_ln_parameter_counts():
+    c = TransformerConfig.from_preset("tiny", vocab_size=VOCAB, share_embeddings=False, norm_first=True)
+    m = Transformer(c)
+    m.build(((None, None), (None, None)))
+    # three matrices instead of one: source embedding, target embedding, softmax
+    assert m.count_params() == expected_parameters(c, VOCAB) + 2 * VOCAB * c.d_model
+
+
+def test_logits_shape_and_dtype(model):
+    logits = model((SOURCE, TARGET), training=False)
+    assert logits.shape == (2, 5, VOCAB) and logits.dtype == tf.float32
+
+
+def test_decoder_is_causal(model):
+    base = np.asarray(model((SOURCE, TARGET)))
+    changed = TARGET.copy()
+    changed[0, 3] = 20
+    out = np.asarray(model((SOURCE, changed)))
+    np.testing.assert_allclose(out[0, :3], base[0, :3], atol=1e-5)
+    assert np.abs(out[0, 3:] - base[0, 3:]).max() > 1e-3
+
+
+def test_padding_does_not_change_real_positions(model):
+    base = np.asarray(model((SOURCE, TARGET)))
+    padded = np.asarray(model((np.pad(SOURCE, ((0, 0), (0, 4))), np.pad(TARGET, ((0, 0), (0, 3))))))
+    real = TARGET != 0
+    np.testing.assert_allclose(padded[:, :5][real], base[real], atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(norm_first=True, positional="learned"),
+                                       dict(target_vocab_size=24)])
+def test_cached_decoding_reproduces_teacher_forcing(overrides):
+    m = tiny(**overrides)
+    target = np.minimum(TARGET, m.config.output_vocab_size - 1)
+    full = np.asarray(m((SOURCE, target)))
+    memory, memory_mask = m.encode(SOURCE)
+    cache = m.init_cache(memory, memory_mask, max_decode_length=8)
+    for i in range(target.shape[1]):
+        logits, cache = m.decode_step(target[:, i], i, cache)
+        real = target[:, i] != 0
+        np.testing.assert_allclose(np.asarray(logits)[real], full[real, i], atol=1e-4)
+
+
+def test_decode_step_compiles_with_xla(model):
+    memory, memory_mask = model.encode(SOURCE)
+    cache = model.init_cache(memory, memory_mask, max_decode_length=6)
+    step = tf.function(model.decode_step, jit_compile=True)
+    eager_logits, _ = model.decode_step(TARGET[:, 0], 0, cache)
+    xla_logits, new_cache = step(tf.constant(TARGET[:, 0]), tf.constant(0), cache)
+    np.testing.assert_allclose(xla_logits, eager_logits, atol=1e-5)
+    assert tf.nest.map_structure(lambda t: t.shape, new_cache) == tf.nest.map_structure(
+        lambda t: t.shape, cache)
+
+
+def test_dropout_is_active_only_in_training():
+    m = tiny(dropout_rate=0.3)
+    a = np.asarray(m((SOURCE, TARGET), training=False))
+    np.testing.assert_array_equal(a, np.asarray(m((SOURCE, TARGET), training=False)))
+    assert np.abs(np.asarray(m((SOURCE, TARGET), training=True)) - a).max() > 1e-3
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(positional="learned", target_vocab_size=24,
+                                                share_embeddings=False, norm_first=True)])
+def test_keras_format_round_trip(tmp_path, overrides):
+    m = tiny(**overrides)
+    target = np.minimum(TARGET, m.config.output_vocab_size - 1)
+    expected = np.asarray(m((SOURCE, target)))
+    m.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras")
+    assert loaded.config == m.config
+    np.testing.assert_array_equal(np.asarray(loaded((SOURCE, target))), expected)
+
+
+@pytest.mark.parametrize("source,message", [
+    (np.array([5, 6, 3]), r"source_ids must have shape \[batch, length\]"),
+    (np.array([[5.0, 6.0]]), "source_ids must hold integer token ids"),
+    (np.array([[5, VOCAB + 2]]), rf"source_ids holds id {VOCAB + 2} at \[0, 1\], outside the vocabulary"),
+    (np.array([[-1, 5]]), r"source_ids holds id -1 at \[0, 0\]"),
+])
+def test_bad_ids_get_a_clear_error(model, source, message):
+    with pytest.raises(ValueError, match=message):
+        model((source, TARGET[:1, :2]))
+
+
+def test_out_of_vocabulary_ids_inside_tf_function_name_the_input(model):
+    call = tf.function(lambda s, t: model((s, t)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="target_input_ids holds ids >= vocabulary size"):
+        call(tf.constant(SOURCE), tf.constant(np.where(TARGET > 0, VOCAB + 1, 0)))

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu machine for keras-transformer, idempotently:
+#   system packages (Python venv support, the offline English-German corpus `trans-de-en`),
+#   a virtual environment (default .venv, override with VENV=...), and this package in it.
+# Usage: bash trainers/setup.sh [EXTRA]     e.g. `bash trainers/setup.sh test` adds the test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extra="${1:-}"
+venv="${VENV:-.venv}"
+python="${PYTHON:-python3}"
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@";
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@";
+  else return 1; fi
+}
+
+apt_packages=()
+command -v "$python" >/dev/null 2>&1 || apt_packages+=(python3)
+if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then apt_packages+=(python3-venv python3-pip); fi
+ding_file="${KT_DING_FILE:-/usr/share/trans/de-en}"
+[ -f "$ding_file" ] || apt_packages+=(trans-de-en)
+
+if [ ${#apt_packages[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${apt_packages[*]}"
+  if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_packages[@]}" >/dev/null 2>&1; then
+    if ! { as_root apt-get update -q >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_packages[@]}" >/dev/null; }; then
+      # Without root the corpus can still be unpacked into the project (the data flags point at it).
+      if [[ " ${apt_packages[*]} " == *" trans-de-en "* ]] && command -v apt-get >/dev/null; then
+        echo "setup: no root; unpacking trans-de-en into data/trans-de-en instead"
+        mkdir -p data/trans-de-en && (cd data/trans-de-en && apt-get download trans-de-en >/dev/null && dpkg -x trans-de-en_*.deb . && rm -f trans-de-en_*.deb)
+      else
+        echo "setup: could not install ${apt_packages[*]} (need root or sudo)." >&2
+        exit 1
+      fi
+    fi
+  fi
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating virtual environment $venv"
+  "$python" -m venv "$venv"
+fi
+spec="."
+[ -n "$extra" ] && spec=".[$extra]"
+echo "setup: pip install -e '$spec' into $venv (the first time downloads ~2.7 GB)"
+"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$venv/bin/python" -m pip install -q -e "$spec"
+echo "setup: done"
