@@ -51,8 +51,13 @@ class Transformer(keras.Model):
         stack = dict(num_layers=config.num_layers, layer_config=layer_kwargs(config), dtype=policy)
         self.encoder = Encoder(name="encoder", **stack)
         self.decoder = Decoder(name="decoder", **stack)
+        # Every shape is known from the config, so build now: encode/decode_step may then be called
+        # (e.g. after restoring a checkpoint) before any forward pass.
+        self.build(((None, None), (None, None)))
 
     def build(self, input_shape):
+        if self.built:  # built in __init__; shapes do not matter beyond the config
+            return
         source_shape, target_shape = (tuple(shape) for shape in input_shape)
         for embedding in {id(e): e for e in (self.source_embedding, self.target_embedding,
                                              self.softmax_embedding)}.values():

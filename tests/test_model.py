@@ -91,6 +91,13 @@ def test_cached_decoding_reproduces_teacher_forcing(overrides):
         np.testing.assert_allclose(np.asarray(logits)[real], full[real, i], atol=1e-4)
 
 
+def test_decoding_works_on_a_model_never_called():
+    m = tiny()  # e.g. just restored from a checkpoint
+    memory, memory_mask = m.encode(SOURCE)
+    logits, _ = m.decode_step(TARGET[:, 0], 0, m.init_cache(memory, memory_mask, 4))
+    np.testing.assert_allclose(logits, np.asarray(m((SOURCE, TARGET)))[:, 0], atol=1e-5)
+
+
 def test_decode_step_compiles_with_xla(model):
     memory, memory_mask = model.encode(SOURCE)
     cache = model.init_cache(memory, memory_mask, max_decode_length=6)

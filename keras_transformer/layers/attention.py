@@ -114,8 +114,11 @@ class MultiHeadAttention(keras.layers.Layer):
             kv = cache
         else:
             step = self._project_key_value(query)
-            start = (0, 0, cache_index, 0)
-            kv = {name: ops.slice_update(cache[name], start, ops.cast(step[name], cache[name].dtype))
+            # A select rather than a dynamic-update-slice: the latter is an XLA op, and an exported
+            # model must run on servers without XLA.
+            max_length = ops.shape(cache["key"])[2]
+            written = ops.reshape(ops.equal(ops.arange(max_length), cache_index), (1, 1, max_length, 1))
+            kv = {name: ops.where(written, ops.cast(step[name], cache[name].dtype), cache[name])
                   for name in ("key", "value")}
         outputs, weights = scaled_dot_product_attention(
             q, kv["key"], kv["value"], attention_mask,

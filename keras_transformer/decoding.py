@@ -1,0 +1,398 @@
+"""Beam search and greedy decoding (section 6.1) in TensorFlow ops that know nothing of the model.
+
+The paper decodes with beam size 4, length penalty alpha = 0.6 and a maximum output length of
+input length + 50, "but terminate early when possible" (section 6.1). The search talks to the model
+through one narrow function, the ``symbols_to_logits_fn`` of TF Model Garden's beam search::
+
+    logits, new_cache = symbols_to_logits_fn(ids, i, cache)
+
+* ``ids``: int32 ``[rows, max_decode_length + 1]``. Column 0 holds the start id, columns ``1..i``
+  the tokens decoded so far, later columns hold ``pad_id``. ``rows`` is ``batch * beam_size``
+  for beam search (beams of one example are adjacent rows) and ``batch`` for greedy search.
+* ``i``: scalar int32 step. The logits are for the token at position ``i + 1``; an incremental
+  decoder only needs ``ids[:, i]`` (e.g. ``model.decode_step(ids[:, i], i, cache)``).
+* ``cache``: a nested structure (dicts, lists, tuples) of tensors, every leaf with leading
+  dimension ``rows``, whose shapes never change between steps (fixed-size key/value buffers).
+  The search tiles the caller's cache from ``batch`` to ``batch * beam_size`` rows and reorders it
+  with a gather along axis 0 after every step, so the step function never sees beam bookkeeping.
+
+Both searches run one ``tf.while_loop`` whose loop variables keep static shapes, so they run
+eagerly, inside ``tf.function`` and under ``tf.function(jit_compile=True)``.
+
+Conventions shared by both searches:
+
+* Scores are ``log P(Y) / lp(Y)`` with the GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha``
+  (Wu et al. 2016, cited in section 6.1). ``|Y|`` counts the generated tokens including the EOS
+  token and excluding the start token.
+* Every example has a length limit: ``max_decode_length`` or, if given, its own entry of
+  ``max_lengths`` (clipped to ``[1, max_decode_length]``), so a batch of short and long
+  sentences shares one static buffer. A hypothesis that reaches its limit without producing EOS is
+  finished there: it is returned without an EOS token, with ``|Y|`` = the limit, and competes
+  with EOS-terminated hypotheses on equal terms. The search space is thus: all sequences that end
+  with their first EOS within the limit, plus all EOS-free sequences of exactly the limit.
+* Output ids exclude the start id, include EOS and are padded with ``pad_id`` after it.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+_NEG_INF = float("-inf")
+
+
+class DecodeResult(NamedTuple):
+    """What a search returns.
+
+    Beam search: ``ids`` int32 ``[batch, beam_size, max_decode_length]``, ``scores`` float32
+    ``[batch, beam_size]`` and ``lengths`` int32 ``[batch, beam_size]``, the n-best list sorted best
+    first. Slots left empty (only when fewer than ``beam_size`` complete hypotheses exist, e.g. a
+    tiny vocabulary with a limit of 1) have score ``-inf``, length 0 and only ``pad_id`` tokens.
+    Greedy search: the same without the beam axis. ``steps`` is the scalar int32 number of decoder
+    steps that ran (less than ``max_decode_length`` when the search stopped early).
+    """
+
+    ids: tf.Tensor
+    scores: tf.Tensor
+    lengths: tf.Tensor
+    steps: tf.Tensor
+
+
+def length_penalty(length, alpha):
+    """GNMT length penalty ``((5 + |Y|) / 6) ** alpha`` (section 6.1) as float32."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, tf.cast(alpha, tf.float32))
+
+
+def beam_search(
+    symbols_to_logits_fn,
+    initial_ids,
+    initial_cache,
+    beam_size,
+    alpha,
+    max_decode_length,
+    eos_id,
+    *,
+    max_lengths=None,
+    pad_id=0,
+    early_stop=True,
+):
+    """Batched beam search with the GNMT length penalty, returning the n-best list (section 6.1).
+
+    Args:
+      symbols_to_logits_fn: the step function described in the module docstring.
+      initial_ids: int32 ``[batch]`` start ids (column 0 of the ids buffer).
+      initial_cache: nested structure of tensors with leading dimension ``batch``.
+      beam_size: Python int >= 1.
+      alpha: length-penalty exponent (Python float or scalar tensor; the paper uses 0.6).
+      max_decode_length: static Python int >= 1, the size of the output buffer. The paper's
+        "input length + 50" is the caller's business (pass it per example as ``max_lengths``).
+      eos_id: end-of-sequence id.
+      max_lengths: optional int ``[batch]`` per-example limits, clipped to [1, max_decode_length].
+      pad_id: written after EOS and into unused columns.
+      early_stop: stop an example once no alive hypothesis can still enter its n-best list.
+
+    Returns:
+      A ``DecodeResult`` with the n-best list sorted best first.
+
+    Per step, each example keeps ``beam_size`` *alive* hypotheses (not finished) and an n-best list
+    of *finished* ones, kept apart as in tensor2tensor. Of the ``2 * beam_size`` best one-token
+    extensions (enough to leave ``beam_size`` that do not end), the best ``beam_size`` that do not
+    end stay alive; one that ends (EOS or the length limit) enters the finished list if it ranks
+    within the best ``beam_size`` extensions (the rule of fairseq and Hugging Face, which makes
+    beam size 1 follow the greedy path). Because log-probabilities only decrease and, for
+    ``alpha >= 0``, ``lp`` is largest at the length limit, no descendant of an alive hypothesis can
+    score above ``best alive log-prob / max(lp(next length), lp(limit))`` (the max also covers
+    ``alpha < 0``). An example is done when that bound is no better than the worst of a full
+    finished list, or when it has no alive hypothesis left. Ties keep the earlier hypothesis,
+    so early stopping never changes the returned n-best list.
+    """
+    beam_size = _check_static_int("beam_size", beam_size, minimum=1)
+    length = _check_static_int("max_decode_length", max_decode_length, minimum=1)
+    initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length)
+    alpha = tf.cast(alpha, tf.float32)
+    if alpha.shape.rank != 0:
+        raise ValueError(f"beam_search: alpha must be a scalar, got shape {alpha.shape}.")
+    k = beam_size
+    row_offsets = tf.range(batch)[:, None] * k  # turns [batch, k] beam indices into rows
+
+    seq = _start_buffer(initial_ids, length, pad_id)
+    state = dict(
+        i=tf.constant(0, tf.int32),
+        alive_seq=tf.tile(seq[:, None, :], [1, k, 1]),
+        # All beams start equal; only the first may expand, or the n-best would hold k copies.
+        alive_log_probs=tf.tile(
+            tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch, 1]
+        ),
+        alive_cache=tf.nest.map_structure(lambda t: _repeat_rows(t, k), initial_cache),
+        finished_seq=tf.fill([batch, k, length + 1], tf.constant(pad_id, tf.int32)),
+        finished_scores=tf.fill([batch, k], _NEG_INF),
+        finished_flags=tf.zeros([batch, k], tf.bool),
+        finished_lengths=tf.zeros([batch, k], tf.int32),
+    )
+
+    def done_per_example(s):
+        best_alive = tf.reduce_max(s["alive_log_probs"], axis=1)
+        no_alive = tf.math.is_inf(best_alive)  # all -inf: every hypothesis has finished
+        if not early_stop:
+            return no_alive
+        max_lp = tf.maximum(length_penalty(s["i"] + 1, alpha), length_penalty(limits, alpha))
+        bound = best_alive / max_lp
+        worst_finished = tf.reduce_min(s["finished_scores"], axis=1)
+        full = tf.reduce_all(s["finished_flags"], axis=1)
+        return no_alive | (full & (bound <= worst_finished))
+
+    def cond(s):
+        return (s["i"] < length) & ~tf.reduce_all(done_per_example(s))
+
+    def body(s):
+        i = s["i"]
+        log_probs, new_cache = _step(
+            symbols_to_logits_fn, tf.reshape(s["alive_seq"], [-1, length + 1]), i,
+            s["alive_cache"], "beam_search",
+        )
+        vocab = _vocab_size(log_probs)
+        candidates = s["alive_log_probs"][:, :, None] + tf.reshape(log_probs, [batch, k, vocab])
+        top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, -1]), k=2 * k)
+        top_beam = top_index // vocab
+        top_token = top_index % vocab
+        top_seq = _write_column(tf.gather(s["alive_seq"], top_beam, batch_dims=1), i + 1, top_token)
+
+        new_length = i + 1
+        ends = tf.equal(top_token, eos_id) | (new_length >= limits)[:, None]
+        valid = top_log_probs > _NEG_INF  # -inf: extends a beam that was never or no longer alive
+
+        # Alive: the best k extensions that do not end.
+        alive_log_probs, alive_pos = tf.math.top_k(tf.where(ends, _NEG_INF, top_log_probs), k=k)
+        alive_beam = tf.gather(top_beam, alive_pos, batch_dims=1)
+        alive_rows = tf.reshape(alive_beam + row_offsets, [-1])
+        alive_cache = tf.nest.map_structure(
+            lambda new, old: _set_shape(tf.gather(new, alive_rows), old),
+            new_cache, s["alive_cache"],
+        )
+
+        # Finished: ending extensions ranked within the best k join the n-best list.
+        finishing = ends & valid & (tf.range(2 * k) < k)[None, :]
+        new_scores = tf.where(
+            finishing, top_log_probs / length_penalty(new_length, alpha), _NEG_INF
+        )
+        # The old list comes first, so ties keep already finished hypotheses.
+        merged_scores, merged_pos = tf.math.top_k(
+            tf.concat([s["finished_scores"], new_scores], axis=1), k=k
+        )
+
+        def merge(old, new):
+            return tf.gather(tf.concat([old, new], axis=1), merged_pos, batch_dims=1)
+
+        return dict(
+            i=new_length,
+            alive_seq=tf.gather(top_seq, alive_pos, batch_dims=1),
+            alive_log_probs=alive_log_probs,
+            alive_cache=alive_cache,
+            finished_seq=merge(s["finished_seq"], top_seq),
+            finished_scores=merged_scores,
+            finished_flags=merge(s["finished_flags"], finishing),
+            finished_lengths=merge(
+                s["finished_lengths"], tf.fill(tf.shape(top_token), new_length)
+            ),
+        )
+
+    state = _while(cond, body, state, length)
+    flags = state["finished_flags"]
+    return DecodeResult(
+        ids=tf.where(flags[:, :, None], state["finished_seq"][:, :, 1:], pad_id),
+        scores=tf.where(flags, state["finished_scores"], _NEG_INF),
+        lengths=tf.where(flags, state["finished_lengths"], 0),
+        steps=state["i"],
+    )
+
+
+def greedy_search(
+    symbols_to_logits_fn,
+    initial_ids,
+    initial_cache,
+    max_decode_length,
+    eos_id,
+    *,
+    max_lengths=None,
+    pad_id=0,
+    alpha=0.0,
+):
+    """Greedy decoding: the most probable next token at every step, same step-function contract.
+
+    Returns a ``DecodeResult`` with ``ids`` ``[batch, max_decode_length]``, ``scores`` ``[batch]``
+    (``log P(Y) / lp(Y)``; with the default ``alpha = 0`` the plain log-probability) and
+    ``lengths`` ``[batch]``. Stops once every example has finished. Finished rows keep being fed
+    to the step function (the batch is static) with ``pad_id`` as their token.
+    """
+    length = _check_static_int("max_decode_length", max_decode_length, minimum=1)
+    initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length)
+    state = dict(
+        i=tf.constant(0, tf.int32),
+        seq=_start_buffer(initial_ids, length, pad_id),
+        log_probs=tf.zeros([batch], tf.float32),
+        finished=tf.zeros([batch], tf.bool),
+        lengths=tf.zeros([batch], tf.int32),
+        cache=initial_cache,
+    )
+
+    def cond(s):
+        return (s["i"] < length) & ~tf.reduce_all(s["finished"])
+
+    def body(s):
+        i = s["i"]
+        log_probs, new_cache = _step(symbols_to_logits_fn, s["seq"], i, s["cache"], "greedy_search")
+        # top_k rather than argmax: the same tie-breaking (lowest id) as beam search.
+        best_log_prob, best_token = tf.math.top_k(log_probs, k=1)
+        finished = s["finished"]
+        token = tf.where(finished, pad_id, best_token[:, 0])
+        new_length = i + 1
+        ends = ~finished & (tf.equal(token, eos_id) | (new_length >= limits))
+        return dict(
+            i=new_length,
+            seq=_write_column(s["seq"], new_length, token),
+            log_probs=tf.where(finished, s["log_probs"], s["log_probs"] + best_log_prob[:, 0]),
+            finished=finished | ends,
+            lengths=tf.where(ends, new_length, s["lengths"]),
+            cache=tf.nest.map_structure(_set_shape, new_cache, s["cache"]),
+        )
+
+    state = _while(cond, body, state, length)
+    return DecodeResult(
+        ids=state["seq"][:, 1:],
+        scores=state["log_probs"] / length_penalty(state["lengths"], alpha),
+        lengths=state["lengths"],
+        steps=state["i"],
+    )
+
+
+# --- shared pieces -------------------------------------------------------------------------------
+
+
+def _while(cond, body, state, length):
+    """``tf.while_loop`` over one dict of loop variables, at most ``length`` iterations."""
+    return tf.while_loop(
+        cond, lambda s: [body(s)], [state], maximum_iterations=length
+    )[0]
+
+
+def _check_static_int(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(
+            f"decoding: {name} must be a Python int >= {minimum} (it fixes static shapes), "
+            f"got {value!r}."
+        )
+    return value
+
+
+def _prepare(initial_ids, initial_cache, max_lengths, length):
+    """Checks the inputs; returns int32 start ids, the (dynamic) batch size, per-example limits."""
+    initial_ids = tf.convert_to_tensor(initial_ids)
+    if initial_ids.shape.rank != 1 or not initial_ids.dtype.is_integer:
+        raise ValueError(
+            "decoding: initial_ids must be an integer vector [batch] of start ids, got "
+            f"{initial_ids.dtype.name} with shape {initial_ids.shape}."
+        )
+    initial_ids = tf.cast(initial_ids, tf.int32)
+    static_batch = initial_ids.shape[0]
+    for path, leaf in _leaves_with_paths(initial_cache):
+        if not hasattr(leaf, "shape") or leaf.shape.rank in (None, 0):
+            raise ValueError(
+                f"decoding: cache entry {path} must be a tensor with a leading batch dimension, "
+                f"got {leaf!r:.80}."
+            )
+        if static_batch is not None and leaf.shape[0] not in (None, static_batch):
+            raise ValueError(
+                f"decoding: cache entry {path} has leading dimension {leaf.shape[0]} but the "
+                f"batch (initial_ids) has {static_batch} examples."
+            )
+    batch = tf.shape(initial_ids)[0]
+    if max_lengths is None:
+        limits = tf.fill([batch], length)
+    else:
+        limits = tf.convert_to_tensor(max_lengths)
+        if limits.shape.rank != 1 or not limits.dtype.is_integer:
+            raise ValueError(
+                "decoding: max_lengths must be an integer vector [batch], got "
+                f"{limits.dtype.name} with shape {limits.shape}."
+            )
+        if static_batch is not None and limits.shape[0] not in (None, static_batch):
+            raise ValueError(
+                f"decoding: max_lengths has {limits.shape[0]} entries but the batch has "
+                f"{static_batch} examples."
+            )
+        limits = tf.clip_by_value(tf.cast(limits, tf.int32), 1, length)
+    return initial_ids, batch, limits
+
+
+def _leaves_with_paths(structure, path="cache"):
+    if isinstance(structure, dict):
+        for key in sorted(structure):
+            yield from _leaves_with_paths(structure[key], f"{path}[{key!r}]")
+    elif isinstance(structure, (list, tuple)):
+        for index, item in enumerate(structure):
+            yield from _leaves_with_paths(item, f"{path}[{index}]")
+    else:
+        yield path, structure
+
+
+def _start_buffer(initial_ids, length, pad_id):
+    """The ids buffer ``[batch, length + 1]``: start ids in column 0, ``pad_id`` elsewhere."""
+    batch = tf.shape(initial_ids)[0]
+    pads = tf.fill([batch, length], tf.constant(pad_id, tf.int32))
+    return tf.concat([initial_ids[:, None], pads], axis=1)
+
+
+def _write_column(seq, column, tokens):
+    """``seq[..., column] = tokens`` with a static-shape select (no scatter, XLA friendly)."""
+    at_column = tf.equal(tf.range(tf.shape(seq)[-1]), column)
+    return tf.where(at_column, tokens[..., None], seq)
+
+
+def _repeat_rows(tensor, times):
+    """[batch, ...] -> [batch * times, ...], each row repeated ``times`` times in a row."""
+    tensor = tf.convert_to_tensor(tensor)
+    tiled = tf.repeat(tensor[:, None], times, axis=1)
+    merged = tf.concat([[-1], tf.shape(tensor)[1:]], axis=0)
+    result = tf.reshape(tiled, merged)
+    if tensor.shape[0] is not None:
+        result.set_shape([tensor.shape[0] * times] + tensor.shape[1:].as_list())
+    return result
+
+
+def _set_shape(new, old):
+    """Keeps loop variables shape-stable even if the step function loses static shape info."""
+    if not new.shape.is_compatible_with(old.shape):
+        raise ValueError(
+            f"decoding: the step function changed a cache tensor's shape from {old.shape} to "
+            f"{new.shape}; cache tensors must keep their shape (fixed-size buffers)."
+        )
+    new = tf.identity(new)
+    new.set_shape(old.shape)
+    return new
+
+
+def _step(symbols_to_logits_fn, ids, i, cache, caller):
+    logits, new_cache = symbols_to_logits_fn(ids, i, cache)
+    try:
+        tf.nest.assert_same_structure(cache, new_cache)
+    except (ValueError, TypeError) as error:
+        raise ValueError(
+            f"{caller}: symbols_to_logits_fn must return (logits, cache) with the cache in the "
+            f"structure it was given: {error}"
+        ) from None
+    logits = tf.convert_to_tensor(logits)
+    if logits.shape.rank != 2:
+        raise ValueError(
+            f"{caller}: symbols_to_logits_fn must return logits [rows, vocab], got shape "
+            f"{logits.shape}."
+        )
+    # Sum log-probabilities in float32 even if the model computes in float16/bfloat16.
+    return tf.nn.log_softmax(tf.cast(logits, tf.float32)), new_cache
+
+
+def _vocab_size(log_probs):
+    vocab = log_probs.shape[-1]
+    if vocab is None:
+        return tf.shape(log_probs)[-1]
+    if vocab < 2:
+        raise ValueError(f"beam_search: the vocabulary needs at least 2 tokens, got {vocab}.")
+    return vocab

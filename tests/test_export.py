@@ -1,0 +1,146 @@
+"""The SavedModel: both signatures reload exactly in a fresh process, load the way TF Serving loads
+them (session-based loader, PredictRequest/PredictResponse), and list in saved_model_cli."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from google.protobuf import json_format
+from tensorflow_serving.apis import predict_pb2
+
+from keras_transformer.export import (CONFIG_ASSET, IDS_SIGNATURE, TEXT_SIGNATURE, VOCABULARY_ASSET,
+                                      export_for_serving, export_saved_model)
+from test_inference import SENTENCES, small_translator
+
+INPUTS = SENTENCES + ["", "the cat " * 30]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    translator = small_translator(beam_size=2)
+    export_dir = str(tmp_path_factory.mktemp("saved_models"))
+    text_path, ids_path = export_for_serving(translator, export_dir, "tiny")
+    # in memory, as graphs with the exported signatures (eager op-by-op execution may round
+    # differently from any graph, in memory or reloaded)
+    translate_text = tf.function(translator.translate_text,
+                                 input_signature=[tf.TensorSpec([None], tf.string)])
+    translate_ids = tf.function(translator.translate_ids,
+                                input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    source_ids, _, _ = translator.source_ids(tf.constant(INPUTS))
+    expected = {"text": {k: np.asarray(v) for k, v in translate_text(tf.constant(INPUTS)).items()},
+                "ids": {k: np.asarray(v) for k, v in translate_ids(source_ids).items()},
+                "source_ids": np.asarray(source_ids)}
+    return translator, export_dir, text_path, ids_path, expected
+
+
+def run_python(code):
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_layout_versions_and_assets(exported):
+    translator, export_dir, text_path, ids_path, _ = exported
+    assert text_path == os.path.join(export_dir, "tiny", "1")
+    assert ids_path == os.path.join(export_dir, "tiny_ids", "1")
+    assert sorted(os.listdir(export_dir)) == ["tiny", "tiny_ids"]  # no temporary folders left
+    assert os.listdir(os.path.join(export_dir, "tiny")) == ["1"]
+    with open(os.path.join(text_path, "assets", VOCABULARY_ASSET), "rb") as f:
+        assert f.read() == translator.tokenizer.model_proto
+    with open(os.path.join(text_path, "assets", CONFIG_ASSET)) as f:
+        config = json.load(f)
+    assert config["model"] == translator.model.config.to_dict()
+    assert config["decoding"]["beam_size"] == 2
+
+
+def test_text_signature_reloads_exactly_in_a_fresh_process(exported):
+    _, _, text_path, _, expected = exported
+    out = run_python(f"""
+import json, tensorflow as tf, tensorflow_text
+loaded = tf.saved_model.load({text_path!r})
+out = loaded.signatures["{TEXT_SIGNATURE}"](inputs=tf.constant({INPUTS!r}))
+print(json.dumps({{k: v.numpy().tolist() if v.dtype != tf.string else [s.decode() for s in v.numpy()]
+                  for k, v in out.items()}}))
+""")
+    assert out["translations"] == [s.decode() for s in expected["text"]["translations"]]
+    assert out["scores"] == expected["text"]["scores"].tolist()
+    assert out["truncated"] == expected["text"]["truncated"].tolist()
+
+
+def test_ids_export_loads_without_tf_text_and_matches(exported):
+    _, _, _, ids_path, expected = exported
+    out = run_python(f"""
+import json, sys, tensorflow as tf
+loaded = tf.saved_model.load({ids_path!r})
+assert "tensorflow_text" not in sys.modules
+out = loaded.signatures["{IDS_SIGNATURE}"](source_ids=tf.constant({expected["source_ids"].tolist()!r}))
+print(json.dumps({{k: v.numpy().tolist() for k, v in out.items()}}))
+""")
+    for key in ("ids", "scores", "lengths"):
+        assert out[key] == expected["ids"][key].tolist(), key
+
+
+def predict_like_tf_serving(export_path, rest_body):
+    """What tensorflow_model_server does with a REST predict call: JSON body -> PredictRequest ->
+    session run of the named signature -> PredictResponse -> JSON ("row" format)."""
+    import tensorflow_text  # noqa: F401  (registers the ops, as a server built with tf-text has them)
+    body = json.loads(rest_body)
+    request = predict_pb2.PredictRequest()
+    request.model_spec.signature_name = body.get("signature_name", "serving_default")
+    graph = tf.Graph()
+    with tf.compat.v1.Session(graph=graph) as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], export_path)
+        signature = meta_graph.signature_def[request.model_spec.signature_name]
+        (input_name,) = signature.inputs  # one input: "instances" is a list of its values
+        dtype = tf.dtypes.as_dtype(signature.inputs[input_name].dtype).as_numpy_dtype
+        request.inputs[input_name].CopyFrom(tf.make_tensor_proto(np.array(body["instances"], dtype=dtype)))
+        request = predict_pb2.PredictRequest.FromString(request.SerializeToString())  # over the wire
+        feed = {signature.inputs[k].name: tf.make_ndarray(v) for k, v in request.inputs.items()}
+        outputs = session.run({k: v.name for k, v in signature.outputs.items()}, feed)
+    response = predict_pb2.PredictResponse()
+    for name, value in outputs.items():
+        response.outputs[name].CopyFrom(tf.make_tensor_proto(value))
+    response = predict_pb2.PredictResponse.FromString(response.SerializeToString())
+    columns = {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
+    rows = [{k: (v[i].decode() if isinstance(v[i], bytes) else v[i].tolist()) for k, v in columns.items()}
+            for i in range(len(body["instances"]))]
+    assert json_format.MessageToJson(response)  # a valid message
+    return json.dumps({"predictions": rows})
+
+
+def test_tf_serving_style_session_load_and_predict_request(exported):
+    _, _, text_path, _, expected = exported
+    rest = predict_like_tf_serving(text_path, json.dumps({"signature_name": "serving_default",
+                                                         "instances": INPUTS}))
+    predictions = json.loads(rest)["predictions"]
+    assert [p["translations"] for p in predictions] == [s.decode() for s in expected["text"]["translations"]]
+    np.testing.assert_array_equal([p["scores"] for p in predictions], expected["text"]["scores"])
+    rest = predict_like_tf_serving(text_path, json.dumps({"signature_name": IDS_SIGNATURE,
+                                                         "instances": expected["source_ids"].tolist()}))
+    predictions = json.loads(rest)["predictions"]
+    assert [p["ids"] for p in predictions] == expected["ids"]["ids"].tolist()
+
+
+def test_saved_model_cli_lists_both_signatures(exported):
+    _, _, text_path, _, _ = exported
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run([cli, "show", "--all", "--dir", text_path], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert f"signature_def['{TEXT_SIGNATURE}']" in shown and f"signature_def['{IDS_SIGNATURE}']" in shown
+    assert "inputs['inputs']" in shown and "outputs['translations']" in shown
+    assert "inputs['source_ids']" in shown
+
+
+def test_existing_version_and_unwritable_target_are_clear_errors(exported, tmp_path):
+    translator, export_dir, _, _, _ = exported
+    with pytest.raises(ValueError, match="exists already"):
+        export_saved_model(translator, os.path.join(export_dir, "tiny"), version=1)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ValueError, match="cannot write the export under"):
+        export_saved_model(translator, str(blocker / "model"))
