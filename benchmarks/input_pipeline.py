@@ -1,0 +1,107 @@
+"""Input-pipeline throughput: is tokenization + length bucketing ever what limits training?
+
+    python -m benchmarks.input_pipeline                       # offline Ding corpus, train split
+    python -m benchmarks.input_pipeline --token_budget=4096 --output=runs/bench/input.json
+
+Measures examples/s and tokens/s (real subword tokens of both sides; padded tokens in
+brackets) for one epoch of token-budget batches (text cached in memory, so this is
+tokenization + bucketing + padding, not disk), for the two bucket grids (multiples of 8,
+the default, and tensor2tensor's unrounded x1.1 grid), and for the training configuration
+(shuffle + repeat). Prints a table and writes the numbers as JSON. Not a test: timings
+depend on the machine and its load.
+"""
+
+import json
+import os
+import time
+
+from absl import app, flags, logging
+
+from trainers import data_flags
+
+flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "input_pipeline.json"),
+                    "Where to write the JSON results.")
+flags.DEFINE_integer("train_batches", 200, "Batches timed in the shuffled, repeated run.")
+flags.DEFINE_integer("epochs", 2, "Timed epochs per bucket grid (after one warm-up epoch).")
+
+FLAGS = flags.FLAGS
+
+
+def _count(batches, limit=None):
+    """Iterates; returns (seconds, batches, examples, real tokens, padded tokens, shapes)."""
+    n = examples = real = padded = 0
+    shapes = set()
+    start = time.perf_counter()
+    for (source, _), target in batches:
+        n += 1
+        examples += int(source.shape[0])
+        # Real tokens are the non-pad ids; counting on the host is part of what we time.
+        real += int((source.numpy() != 0).sum() + (target.numpy() != 0).sum())
+        padded += int(source.shape[0] * source.shape[1] + target.shape[0] * target.shape[1])
+        shapes.add(tuple(source.shape))
+        if limit and n >= limit:
+            break
+    return time.perf_counter() - start, n, examples, real, padded, len(shapes)
+
+
+def _row(name, seconds, n, examples, real, padded, shapes):
+    return {
+        "run": name, "seconds": round(seconds, 3), "batches": n, "examples": examples,
+        "examples_per_s": round(examples / seconds, 1), "tokens_per_s": round(real / seconds, 1),
+        "padded_tokens_per_s": round(padded / seconds, 1),
+        "padding_fraction": round(1 - real / padded, 4) if padded else 0.0,
+        "distinct_shapes": shapes,
+    }
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)
+    config = data_flags.data_config()
+    import tensorflow as tf
+
+    from keras_transformer import data
+    from keras_transformer.data import batching
+    from keras_transformer.tokenizer import atomic_write
+
+    tokenizer, _ = data.load_or_learn_tokenizer(config)
+    pairs = data.load_text_pairs(config, "train").cache()
+    rows = []
+    for multiple in sorted({config.bucket_multiple, 8, 1}, reverse=True):
+        spec = batching.BucketSpec.make(config.max_length, config.token_budget, multiple)
+        batches = batching.make_batches(pairs, tokenizer, spec)
+        _count(batches)  # warm-up: fills the text cache, traces the functions
+        totals = [0.0, 0, 0, 0, 0, 0]
+        for _ in range(FLAGS.epochs):
+            result = _count(batches)
+            totals = [a + b for a, b in zip(totals, result[:5])] + [result[5]]
+        name = f"epoch, grid x{multiple} ({len(spec.boundaries)} buckets)"
+        rows.append(_row(name, *totals))
+    training = batching.make_batches(pairs, tokenizer, data.bucket_spec(config),
+                                     shuffle_buffer=20000, seed=config.seed, repeat=True)
+    _count(training, limit=20)
+    rows.append(_row(f"training (shuffle+repeat), {FLAGS.train_batches} batches",
+                     *_count(training, limit=FLAGS.train_batches)))
+
+    print(f"input pipeline: {config.dataset} train, vocabulary {tokenizer.vocab_size}, "
+          f"token budget {config.token_budget}/side, max_length {config.max_length}, "
+          f"{os.cpu_count()} CPUs, TF {tf.__version__}")
+    header = (f"{'run':<44} {'batches':>8} {'examples/s':>11} {'tokens/s':>10} "
+              f"{'(padded)':>10} {'padding':>8} {'shapes':>7}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(f"{r['run']:<44} {r['batches']:>8} {r['examples_per_s']:>11,.0f} "
+              f"{r['tokens_per_s']:>10,.0f} {r['padded_tokens_per_s']:>10,.0f} "
+              f"{r['padding_fraction']:>8.1%} {r['distinct_shapes']:>7}")
+    result = {
+        "dataset": config.dataset, "vocab_size": tokenizer.vocab_size,
+        "token_budget": config.token_budget, "max_length": config.max_length,
+        "cpus": os.cpu_count(), "tensorflow": tf.__version__, "runs": rows,
+    }
+    atomic_write(FLAGS.output, json.dumps(result, indent=1).encode("utf-8"))
+    print(f"wrote {FLAGS.output}")
+
+
+if __name__ == "__main__":
+    app.run(main)

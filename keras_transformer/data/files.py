@@ -1,0 +1,127 @@
+"""Your own parallel data: a TSV file (``source<TAB>target``) or two line-aligned text files.
+
+A spec is ``PATH.tsv`` or ``SRC_PATH,TGT_PATH`` (the value of ``--train_data``, ``--dev_data``,
+``--test_data``). Files are checked once in a streaming pass (memory independent of the
+corpus size) and every problem is reported with file and line: missing file, invalid UTF-8,
+empty line, TSV line without exactly one tab, different line counts, empty corpus. The
+``tf.data`` pipeline then reads the files with ``TextLineDataset``.
+"""
+
+import dataclasses
+import os
+from typing import Dict, Iterator, Optional, Tuple
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSpec:
+    """One parallel corpus: a TSV file (``target is None``) or source and target files."""
+
+    source: str
+    target: Optional[str] = None
+
+    @property
+    def is_tsv(self) -> bool:
+        return self.target is None
+
+
+def parse_spec(spec: str, name: str = "train_data") -> FileSpec:
+    """``"PATH.tsv"`` -> TSV spec; ``"SRC,TGT"`` -> two-file spec. ``name`` is for errors."""
+    parts = [p.strip() for p in (spec or "").split(",")]
+    if not spec or any(not p for p in parts) or len(parts) > 2:
+        raise ValueError(
+            f"{name}={spec!r}: expected PATH.tsv (source<TAB>target per line) or "
+            "SRC_PATH,TGT_PATH (two line-aligned files)."
+        )
+    return FileSpec(parts[0]) if len(parts) == 1 else FileSpec(parts[0], parts[1])
+
+
+def _lines(path: str) -> Iterator[Tuple[int, str]]:
+    """(line number, text without the line break), checking UTF-8 and emptiness."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: file not found")
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}:{number}: invalid UTF-8 at byte {e.start}") from None
+            text = text.rstrip("\n").rstrip("\r")
+            if not text.strip():
+                raise ValueError(f"{path}:{number}: empty line (every line must hold a sentence)")
+            yield number, text
+
+
+def _check_tsv(path: str) -> int:
+    count = 0
+    for number, text in _lines(path):
+        fields = text.split("\t")
+        if len(fields) != 2:
+            what = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
+            raise ValueError(
+                f"{path}:{number}: {what}; each line must be source<TAB>target with exactly "
+                "one tab"
+            )
+        for side, field in zip(("source", "target"), fields):
+            if not field.strip():
+                raise ValueError(f"{path}:{number}: empty {side} sentence")
+        count = number
+    return count
+
+
+def _check_pair(source: str, target: str) -> int:
+    source_lines, target_lines = _lines(source), _lines(target)
+    count = 0
+    while True:
+        a, b = next(source_lines, None), next(target_lines, None)
+        if a is None and b is None:
+            return count
+        if a is None or b is None:
+            short, long_ = (source, target) if a is None else (target, source)
+            raise ValueError(
+                f"{short} has {count} lines but {long_} has more (its line {count + 1} has no "
+                f"counterpart); the two files must be line-aligned."
+            )
+        count += 1
+
+
+_CHECKED: Dict[tuple, int] = {}
+
+
+def check(spec: FileSpec) -> int:
+    """Validates the files of ``spec``; returns the number of sentence pairs (cached by mtime)."""
+    paths = (spec.source,) if spec.is_tsv else (spec.source, spec.target)
+    try:
+        key = tuple((p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for p in paths)
+    except OSError:
+        key = None
+    if key in _CHECKED:
+        return _CHECKED[key]
+    count = _check_tsv(spec.source) if spec.is_tsv else _check_pair(spec.source, spec.target)
+    if count == 0:
+        raise ValueError(f"{', '.join(paths)}: empty corpus (no sentence pairs)")
+    if key is not None:
+        _CHECKED[key] = count
+    return count
+
+
+def load(spec: FileSpec) -> tf.data.Dataset:
+    """A dataset of (source, target) ``tf.string`` scalars, after :func:`check`."""
+    check(spec)
+    if spec.is_tsv:
+        def split(line):
+            fields = tf.strings.split(line, "\t", maxsplit=1)
+            return tf.strings.strip(fields[0]), tf.strings.strip(fields[1])
+
+        return tf.data.TextLineDataset(spec.source).map(split)
+    return tf.data.Dataset.zip(
+        tf.data.TextLineDataset(spec.source).map(tf.strings.strip),
+        tf.data.TextLineDataset(spec.target).map(tf.strings.strip),
+    )
+
+
+def read_pairs(spec: FileSpec) -> Iterator[Tuple[str, str]]:
+    """The (source, target) pairs as Python strings (for learning the vocabulary)."""
+    for source, target in load(spec).as_numpy_iterator():
+        yield source.decode("utf-8"), target.decode("utf-8")

@@ -1,0 +1,198 @@
+"""From a DataConfig to text pairs, the shared vocabulary and token-budget batches.
+
+One entry point per need: :func:`load_text_pairs` (any dataset, any split, as
+``(source, target)`` string pairs), :func:`load_or_learn_tokenizer` (the shared subword
+vocabulary of the training text, learned once and reused), :func:`make_dataset` and
+:func:`make_distributed_dataset_fn` (batches as section 5.1).
+"""
+
+import hashlib
+import json
+import os
+from typing import Callable, Iterator, Tuple
+
+import tensorflow as tf
+
+from keras_transformer.data import batching, ding, files, wmt
+from keras_transformer.data.config import DING_DATASET, FILES_DATASET, DataConfig
+from keras_transformer.tokenizer import SubwordTokenizer, atomic_write
+
+SPLITS = ("train", "dev", "test")
+_SPEC_FLAGS = {"train": "train_data", "dev": "dev_data", "test": "test_data"}
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def prepare_ding(config: DataConfig):
+    """Builds (once) the TFDS ``ding_de_en`` dataset under ``config.data_dir``; returns the builder.
+
+    The source file's SHA-256 is recorded next to the prepared data so a different
+    dictionary file is never silently served from an old preparation.
+    """
+    source = ding.resolve_ding_file(config.ding_file)
+    builder = ding.builder_class()(ding_file=source, data_dir=config.data_dir)
+    marker = os.path.join(builder.data_dir, "source.sha256")
+    if builder.is_prepared():
+        if os.path.isfile(source) and os.path.isfile(marker):
+            with open(marker) as f:
+                recorded = f.read().strip()
+            if recorded != _sha256_file(source):
+                raise ValueError(
+                    f"ding_file={source!r} differs from the dictionary the prepared corpus in "
+                    f"{builder.data_dir} was extracted from; delete that directory to "
+                    "re-extract, or use another data_dir."
+                )
+        return builder
+    ding.extract_pairs(source)  # fails early with a clear message (missing file, bad text)
+    builder.download_and_prepare()
+    atomic_write(marker, _sha256_file(source).encode("ascii"))
+    return builder
+
+
+def load_text_pairs(config: DataConfig, split: str) -> tf.data.Dataset:
+    """``(source, target)`` ``tf.string`` pairs of ``split`` in {"train", "dev", "test"}."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
+    if config.dataset in wmt.WMT14:
+        return wmt.load(config.dataset, split, config.data_dir)
+    if config.dataset == DING_DATASET:
+        builder = prepare_ding(config)
+        examples = builder.as_dataset(split=wmt.tfds_split(split), shuffle_files=False)
+        return examples.map(lambda ex: (ex["en"], ex["de"]), num_parallel_calls=tf.data.AUTOTUNE)
+    assert config.dataset == FILES_DATASET
+    spec = getattr(config, _SPEC_FLAGS[split])
+    if not spec:
+        raise ValueError(
+            f"{_SPEC_FLAGS[split]} is not set: dataset='files' needs it for the {split} split "
+            "(PATH.tsv or SRC_PATH,TGT_PATH)."
+        )
+    return files.load(files.parse_spec(spec, _SPEC_FLAGS[split]))
+
+
+def training_texts(config: DataConfig) -> Iterator[str]:
+    """Both sides of every training pair: the text the shared vocabulary is learned from."""
+    for source, target in load_text_pairs(config, "train").as_numpy_iterator():
+        yield source.decode("utf-8")
+        yield target.decode("utf-8")
+
+
+def data_fingerprint(config: DataConfig) -> str:
+    """Identifies the training text cheaply (for reusing a vocabulary learned from it)."""
+    if config.dataset == FILES_DATASET:
+        spec = files.parse_spec(config.train_data, "train_data")
+        paths = [spec.source] + ([] if spec.is_tsv else [spec.target])
+        return "files:" + ",".join(_sha256_file(p) for p in paths)
+    if config.dataset == DING_DATASET:
+        builder = prepare_ding(config)
+    else:
+        import tensorflow_datasets as tfds
+
+        load_text_pairs(config, "train")  # the clear "not prepared" error, if so
+        builder = tfds.builder(wmt.WMT14[config.dataset][0], data_dir=config.data_dir)
+    return f"tfds:{builder.info.full_name}:train={builder.info.splits['train'].num_examples}"
+
+
+def load_or_learn_tokenizer(
+    config: DataConfig, overwrite: bool = False
+) -> Tuple[SubwordTokenizer, bool]:
+    """The vocabulary at ``config.effective_vocab_path``; learned first if absent.
+
+    Returns (tokenizer, learned_now). A vocabulary learned by this function records the
+    data fingerprint, size and seed in ``<path>.json``; reusing it for other data or another
+    size is an error unless ``overwrite`` (a vocabulary file without that record, e.g. one
+    you brought, is used as it is).
+    """
+    path = config.effective_vocab_path
+    record_path = path + ".json"
+    wanted = {
+        "data": data_fingerprint(config),
+        "vocab_size": config.effective_vocab_size,
+        "seed": config.seed,
+    }
+    if os.path.isfile(path) and not overwrite:
+        if os.path.isfile(record_path):
+            with open(record_path) as f:
+                recorded = json.load(f)
+            if recorded != wanted:
+                raise ValueError(
+                    f"vocab_path={path!r} was learned with {recorded}, not {wanted}; pass "
+                    "another vocab_path or relearn it (prepare_data --overwrite_vocab)."
+                )
+        return SubwordTokenizer.load(path), False
+    tokenizer = SubwordTokenizer.learn(
+        training_texts(config), config.effective_vocab_size, path, seed=config.seed
+    )
+    atomic_write(record_path, json.dumps(wanted, indent=1).encode("utf-8"))
+    return tokenizer, True
+
+
+def bucket_spec(config: DataConfig, num_replicas: int = 1) -> batching.BucketSpec:
+    """Buckets for one replica's share of the global token budget."""
+    return batching.BucketSpec.make(
+        config.max_length, config.token_budget // num_replicas, config.bucket_multiple
+    )
+
+
+def check_not_empty(
+    config: DataConfig, tokenizer: SubwordTokenizer, split: str, probe: int = 10000
+) -> None:
+    """Raises if the first ``probe`` pairs of ``split`` (all, if fewer) are all longer than
+    ``max_length``: a repeated empty dataset would otherwise wait forever for a batch."""
+    pairs = load_text_pairs(config, split).take(probe)
+    stats = batching.length_statistics(batching.encode_pairs(pairs, tokenizer), config.max_length)
+    if stats.examples == stats.too_long:
+        source = getattr(config, _SPEC_FLAGS[split]) or f"{config.dataset} {split} split"
+        what = "has no sentence pairs" if not stats.examples else (
+            f"is empty after filtering: its first {stats.examples} pairs are all longer than "
+            f"max_length={config.max_length} tokens; raise max_length")
+        raise ValueError(f"{source} {what}.")
+
+
+def make_dataset(
+    config: DataConfig,
+    tokenizer: SubwordTokenizer,
+    split: str,
+    *,
+    training: bool = False,
+    repeat: bool = False,
+) -> tf.data.Dataset:
+    """Batches of ``split`` for one device; ``training`` shuffles (seeded by ``config.seed``)."""
+    if repeat:
+        check_not_empty(config, tokenizer, split)
+    return batching.make_batches(
+        load_text_pairs(config, split),
+        tokenizer,
+        bucket_spec(config),
+        shuffle_buffer=20000 if training else 0,
+        seed=config.seed,
+        repeat=repeat,
+    )
+
+
+def make_distributed_dataset_fn(
+    config: DataConfig,
+    tokenizer: SubwordTokenizer,
+    split: str = "train",
+    *,
+    training: bool = True,
+    repeat: bool = False,
+) -> Callable[[tf.distribute.InputContext], tf.data.Dataset]:
+    """``dataset_fn`` for ``strategy.distribute_datasets_from_function`` (budget split)."""
+    if repeat:
+        check_not_empty(config, tokenizer, split)
+    return batching.distributed_dataset_fn(
+        lambda: load_text_pairs(config, split),
+        tokenizer,
+        config.max_length,
+        config.token_budget,
+        bucket_multiple=config.bucket_multiple,
+        shuffle_buffer=20000 if training else 0,
+        seed=config.seed,
+        repeat=repeat,
+    )

@@ -1,0 +1,196 @@
+"""The shared subword vocabulary (section 5.1): byte-pair encoding over both languages.
+
+The paper encodes WMT14 English-German with "byte-pair encoding [3], which has a shared
+source-target vocabulary of about 37000 tokens". We learn the BPE model with SentencePiece
+(``model_type=bpe``) on the training text of *both* languages, and tokenize with
+``tensorflow_text.SentencepieceTokenizer`` so tokenization and detokenization are TensorFlow
+ops: an exported SavedModel takes and returns plain strings.
+
+Reserved ids (shared with the model, see ``TransformerConfig.pad_id``): pad=0, unk=1,
+start (BOS)=2, end (EOS)=3. ``byte_fallback`` spells characters outside the vocabulary as
+UTF-8 bytes instead of ``<unk>``, so any text round-trips. The vocabulary size is a multiple
+of 8 (tensor-core/XLA-friendly embedding and softmax shapes).
+
+Determinism: SentencePiece's BPE merges are deterministic for the same input; sampling of
+input sentences (only when there are more than ``input_sentence_size``) follows ``seed``;
+``num_threads`` is recorded inside the model proto, so it is pinned to make the bytes
+identical for the same data and seed.
+"""
+
+import io
+import os
+import tempfile
+from typing import Iterable, Optional
+
+import tensorflow as tf
+
+PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
+# Part of the serialized model (trainer_spec.num_threads): fixed, so bytes are reproducible.
+_NUM_THREADS = 4
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+class SubwordTokenizer(tf.Module):
+    """SentencePiece BPE model + in-graph tokenize/detokenize (usable inside tf.function).
+
+    ``model_proto`` holds the serialized model (save it with the model, e.g. as the asset at
+    ``path``); :meth:`tokenize` maps a ``tf.string`` vector to a ``tf.RaggedTensor`` of int32
+    subword ids (no BOS/EOS); :meth:`detokenize` maps ids back to strings, stopping at the
+    first EOS or pad and skipping BOS.
+    """
+
+    def __init__(self, model_proto: bytes, path: Optional[str] = None, name=None):
+        super().__init__(name=name)
+        import sentencepiece as spm
+        import tensorflow_text as tf_text
+
+        self._model_proto = bytes(model_proto)
+        self._path = path
+        processor = spm.SentencePieceProcessor(model_proto=self._model_proto)
+        ids = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if ids != (PAD_ID, UNK_ID, START_ID, END_ID):
+            raise ValueError(
+                f"SentencePiece model {path or '<bytes>'} has pad/unk/bos/eos ids {ids}; "
+                f"this project needs {(PAD_ID, UNK_ID, START_ID, END_ID)}. Learn it with "
+                "SubwordTokenizer.learn."
+            )
+        self._vocab_size = processor.get_piece_size()
+        self._sp = tf_text.SentencepieceTokenizer(model=self._model_proto, out_type=tf.int32)
+
+    # --- construction -------------------------------------------------------------------
+
+    @classmethod
+    def learn(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        out_path: Optional[str] = None,
+        seed: int = 1,
+        input_sentence_size: int = 2_000_000,
+    ) -> "SubwordTokenizer":
+        """Learns a BPE model on ``texts`` (both languages); writes it to ``out_path`` atomically.
+
+        ``vocab_size`` counts the 4 reserved ids and the 256 byte-fallback pieces.
+        """
+        import sentencepiece as spm
+
+        if vocab_size % 8 or vocab_size < 264:
+            raise ValueError(
+                f"vocab_size={vocab_size}: must be a multiple of 8 and at least 264 "
+                "(4 reserved ids + 256 byte-fallback pieces + some subwords)."
+            )
+        empty = []
+
+        def sentences():
+            for text in texts:
+                if isinstance(text, bytes):
+                    text = text.decode("utf-8")
+                text = text.strip()
+                if text:
+                    yield text
+                else:
+                    empty.append(1)
+
+        spm.set_random_generator_seed(seed)
+        buffer = io.BytesIO()
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=sentences(),
+                model_writer=buffer,
+                model_type="bpe",
+                vocab_size=vocab_size,
+                pad_id=PAD_ID,
+                unk_id=UNK_ID,
+                bos_id=START_ID,
+                eos_id=END_ID,
+                byte_fallback=True,
+                character_coverage=0.9999,
+                input_sentence_size=input_sentence_size,
+                shuffle_input_sentence=True,
+                num_threads=_NUM_THREADS,
+                minloglevel=2,
+            )
+        except RuntimeError as e:
+            message = str(e)
+            if "Vocabulary size" in message or "vocab_size" in message:
+                raise ValueError(
+                    f"vocab_size={vocab_size} is too large for this training text "
+                    f"(SentencePiece: {message.strip()}); choose a smaller multiple of 8."
+                ) from None
+            raise ValueError(f"learning the subword vocabulary failed: {message}") from None
+        model_proto = buffer.getvalue()
+        if out_path:
+            atomic_write(out_path, model_proto)
+        return cls(model_proto, path=out_path)
+
+    @classmethod
+    def load(cls, path: str) -> "SubwordTokenizer":
+        """Loads a model written by :meth:`learn` (or any SentencePiece model with our ids)."""
+        if not os.path.isfile(path):
+            raise ValueError(f"vocabulary file not found: {path}")
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            return cls(data, path=path)
+        except (RuntimeError, OSError) as e:
+            raise ValueError(f"{path} is not a SentencePiece model: {e}") from None
+
+    # --- properties -----------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model (what gets saved next to the model)."""
+        return self._model_proto
+
+    @property
+    def path(self) -> Optional[str]:
+        """The file the model was loaded from or written to (for ``tf.saved_model.Asset``)."""
+        return self._path
+
+    pad_id = PAD_ID
+    unk_id = UNK_ID
+    start_id = START_ID
+    end_id = END_ID
+
+    # --- in-graph ops ---------------------------------------------------------------------
+
+    def tokenize(self, texts) -> tf.RaggedTensor:
+        """``tf.string`` [N] -> ``tf.RaggedTensor`` int32 [N, (subwords)], no BOS/EOS."""
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        return self._sp.tokenize(texts)
+
+    def detokenize(self, ids) -> tf.Tensor:
+        """int ids [N, T] (dense, 0/EOS-padded) or ragged -> ``tf.string`` [N].
+
+        Everything from the first EOS or pad on is ignored, BOS ids are skipped: decoder
+        outputs can be passed as they are.
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        ended = tf.cumsum(
+            tf.cast((ids == END_ID) | (ids == PAD_ID), tf.int32), axis=-1
+        ) > 0
+        keep = tf.logical_not(ended) & (ids != START_ID)
+        return self._sp.detokenize(tf.ragged.boolean_mask(ids, keep))
+
+    def id_to_piece(self, ids) -> tf.Tensor:
+        """Subword strings of ids (for inspection)."""
+        return self._sp.id_to_string(tf.cast(ids, tf.int32))

@@ -1,0 +1,112 @@
+"""Your own parallel files (keras_transformer/data/files.py) and DataConfig validation."""
+
+import pytest
+
+from keras_transformer import data
+from keras_transformer.data import files
+
+PAIRS = [
+    ("The house is very old.", "Das Haus ist sehr alt."),
+    ("She waved goodbye.", "Sie winkte zum Abschied."),
+    ("He was 'on their radar'.", "Er war „auf ihrem Radar“."),
+]
+
+
+def read_all(dataset):
+    return [(a.decode("utf-8"), b.decode("utf-8")) for a, b in dataset.as_numpy_iterator()]
+
+
+def test_tsv_and_two_files_give_the_same_pairs(tmp_path):
+    tsv = tmp_path / "train.tsv"
+    tsv.write_bytes("".join(f"{s}\t{t}\r\n" for s, t in PAIRS).encode("utf-8"))  # CRLF too
+    (tmp_path / "train.en").write_text("".join(f"{s}\n" for s, _ in PAIRS), encoding="utf-8")
+    (tmp_path / "train.de").write_text("".join(f"{t}\n" for _, t in PAIRS), encoding="utf-8")
+    assert files.check(files.parse_spec(str(tsv))) == 3
+    assert read_all(files.load(files.parse_spec(str(tsv)))) == PAIRS
+    two = f"{tmp_path / 'train.en'},{tmp_path / 'train.de'}"
+    assert read_all(files.load(files.parse_spec(two))) == PAIRS
+    config = data.DataConfig(dataset="files", train_data=two, data_dir=str(tmp_path))
+    assert read_all(data.load_text_pairs(config, "train")) == PAIRS
+    with pytest.raises(ValueError, match=r"dev_data is not set"):
+        data.load_text_pairs(config, "dev")
+
+
+def write(path, text):
+    path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "name, content, pattern",
+    [
+        ("a.tsv", "Hello.\tHallo.\nNo tab here\n", r"a.tsv:2: no tab"),
+        ("b.tsv", "Hello.\tHallo.\tSalut.\n", r"b.tsv:1: 2 tabs"),
+        ("c.tsv", "Hello.\tHallo.\n\nBye.\tTschüss.\n", r"c.tsv:2: empty line"),
+        ("d.tsv", "Hello.\t  \n", r"d.tsv:1: empty target sentence"),
+        ("e.tsv", b"Hello.\tHallo.\nBad \xc3\x28.\tSchlecht.\n", r"e.tsv:2: invalid UTF-8 at byte 4"),
+        ("f.tsv", "", r"f.tsv: empty corpus"),
+    ],
+)
+def test_bad_tsv_files_name_file_and_line(tmp_path, name, content, pattern):
+    path = write(tmp_path / name, content)
+    with pytest.raises(ValueError, match=pattern):
+        files.load(files.parse_spec(path))
+
+
+def test_bad_aligned_files_name_file_and_line(tmp_path):
+    en = write(tmp_path / "x.en", "One.\nTwo.\nThree.\n")
+    de = write(tmp_path / "x.de", "Eins.\nZwei.\n")
+    with pytest.raises(ValueError, match=r"x.de has 2 lines but .*x.en has more .*line 3"):
+        files.load(files.FileSpec(en, de))
+    de = write(tmp_path / "y.de", "Eins.\n\nDrei.\n")
+    with pytest.raises(ValueError, match=r"y.de:2: empty line"):
+        files.load(files.FileSpec(en, de))
+    with pytest.raises(ValueError, match=r"missing.de: file not found"):
+        files.load(files.FileSpec(en, str(tmp_path / "missing.de")))
+
+
+def test_bad_specs_name_the_flag():
+    with pytest.raises(ValueError, match=r"dev_data='a,b,c': expected PATH.tsv .* or SRC_PATH,TGT_PATH"):
+        files.parse_spec("a,b,c", "dev_data")
+    with pytest.raises(ValueError, match=r"train_data='a,': expected"):
+        files.parse_spec("a,", "train_data")
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(dataset="wmt15"), r"dataset='wmt15': unknown; choose one of wmt14_en_de"),
+        (dict(dataset="files"), r"dataset='files' needs your parallel files"),
+        (dict(train_data="t.tsv"), r"train_data='t.tsv' is only read with dataset='files'"),
+        (dict(vocab_size=8001), r"vocab_size=8001: must be a multiple of 8"),
+        (dict(max_length=4), r"max_length=4: must be at least 8"),
+        (dict(token_budget=100, max_length=256), r"token_budget=100: smaller than max_length=256"),
+        (dict(bucket_multiple=0), r"bucket_multiple=0: must be in 1..64"),
+    ],
+)
+def test_data_config_errors_name_the_field(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        data.DataConfig(**kwargs)
+
+
+def test_vocabulary_defaults():
+    assert data.DataConfig(dataset="wmt14_en_de").effective_vocab_size == 37000
+    ding = data.DataConfig(data_dir="d")
+    assert ding.effective_vocab_size == 8000
+    assert ding.effective_vocab_path.replace("\\", "/") == "d/vocab/ding_de_en-8000.model"
+    a = data.DataConfig(dataset="files", train_data="a.tsv", data_dir="d").effective_vocab_path
+    b = data.DataConfig(dataset="files", train_data="b.tsv", data_dir="d").effective_vocab_path
+    assert a != b  # one vocabulary per training corpus
+
+
+def test_corpus_empty_after_length_filter_names_the_file(tmp_path):
+    from test_batching import NumberTokenizer
+
+    tsv = write(tmp_path / "long.tsv", "1 2 3 4 5 6 7 8\t1 2 3\n1 2\t1 2 3 4 5 6 7 8 9\n")
+    config = data.DataConfig(dataset="files", train_data=tsv, max_length=8, token_budget=64)
+    with pytest.raises(ValueError, match=r"long.tsv is empty after filtering: its first 2 pairs "
+                                         r"are all longer than max_length=8"):
+        data.make_dataset(config, NumberTokenizer(), "train", training=True, repeat=True)
+    ok = data.DataConfig(dataset="files", train_data=tsv, max_length=9, token_budget=64)
+    batches = data.make_dataset(ok, NumberTokenizer(), "train", training=True, repeat=True)
+    assert next(iter(batches))[1].shape[1] == 9  # the 8-word source + EOS fits exactly

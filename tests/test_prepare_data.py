@@ -1,0 +1,82 @@
+"""`python -m trainers.prepare_data` and the vocabulary reuse behind it (data/pipeline.py)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer import data
+from keras_transformer.data import ding
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def dictionary(n=400):
+    """A Ding-format file with n sentence entries plus non-sentence noise."""
+    lines = ["# Version :: test\n", "Haus {n} | Häuser {pl} :: house | houses\n"]
+    for i in range(n):
+        lines.append(f"Nummer {{f}} | Das ist der Satz Nummer {i} von vielen. :: number | "
+                     f"This is sentence number {i} of many.\n")
+    return "".join(lines)
+
+
+@pytest.fixture(scope="module")
+def ding_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("ding") / "de-en"
+    path.write_text(dictionary(), encoding="utf-8")
+    return str(path)
+
+
+def run(*args):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, "-m", "trainers.prepare_data", *args],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+
+
+def test_prepare_data_reports_and_is_idempotent(ding_file, tmp_path):
+    args = [f"--ding_file={ding_file}", f"--data_dir={tmp_path}", "--vocab_size=320"]
+    first = run(*args)
+    assert first.returncode == 0, first.stderr[-3000:]
+    expected = ding.split_pairs(ding.extract_pairs(ding_file)[0])
+    for split, name in (("train", "train"), ("dev", "validation"), ("test", "test")):
+        row = re.search(rf"^{split}\s+([\d,]+)\s+([\d.]+)\s+(\d+)\s+([\d.]+)\s+(\d+)\s+(\d+)\s+"
+                        rf"([\d.]+)%\s+(\d+)$", first.stdout, re.M)
+        assert row, first.stdout
+        assert int(row.group(1).replace(",", "")) == len(expected[name])
+        assert int(row.group(6)) >= 1 and int(row.group(8)) == 0  # batches, too long
+    assert "vocabulary: 320 subwords (learned now)" in first.stdout
+    vocab = os.path.join(str(tmp_path), "vocab", "ding_de_en-320.model")
+    with open(vocab, "rb") as f:
+        learned = f.read()
+
+    second = run(*args)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "vocabulary: 320 subwords (reused)" in second.stdout
+    with open(vocab, "rb") as f:
+        assert f.read() == learned
+
+
+def test_bad_flags_and_bad_files_fail_cleanly(tmp_path):
+    bad_flag = run("--vocab_size=8001")
+    assert bad_flag.returncode != 0 and "--vocab_size=8001: must be a multiple of 8" in bad_flag.stderr
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("Hello.\tHallo.\nno tab\n", encoding="utf-8")
+    bad_file = run("--dataset=files", f"--train_data={tsv}", f"--data_dir={tmp_path}")
+    assert bad_file.returncode != 0
+    assert f"{tsv}:2: no tab" in bad_file.stderr and "Traceback" not in bad_file.stderr
+    assert not os.path.exists(tmp_path / "vocab")  # nothing half-written
+
+
+def test_vocabulary_of_other_data_is_not_reused_silently(ding_file, tmp_path):
+    config = data.DataConfig(data_dir=str(tmp_path), ding_file=ding_file, vocab_size=320)
+    tokenizer, learned = data.load_or_learn_tokenizer(config)
+    assert learned and tokenizer.vocab_size == 320
+    again, learned = data.load_or_learn_tokenizer(config)
+    assert not learned and again.model_proto == tokenizer.model_proto
+    other = data.DataConfig(data_dir=str(tmp_path), ding_file=ding_file, vocab_size=320, seed=7)
+    with pytest.raises(ValueError, match=r"vocab_path=.* was learned with .*seed"):
+        data.load_or_learn_tokenizer(other)
+    relearned, learned = data.load_or_learn_tokenizer(other, overwrite=True)
+    assert learned

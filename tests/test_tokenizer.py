@@ -1,0 +1,128 @@
+"""The shared subword vocabulary (keras_transformer/tokenizer.py)."""
+
+import os
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from keras_transformer.tokenizer import SubwordTokenizer
+
+# Real sentence pairs (Ding dictionary examples), both languages, as the vocabulary sees them.
+SENTENCES = [
+    "I’ve made one or two modifications to the original design.",
+    "Ich habe am ursprünglichen Entwurf ein paar Änderungen vorgenommen.",
+    "Please keep the lawn clean and do not litter!",
+    "Bitte halten Sie den Rasen sauber und verstreuen Sie keinen Abfall!",
+    "She is a personal assistant, as distinct from a secretary.",
+    "Sie ist persönliche Assistentin, was nicht dasselbe ist wie eine Sekretärin.",
+    "I have to wait until my relief comes.",
+    "Ich muss warten, bis meine Ablösung kommt.",
+    "These problems do not have a simple remedy.",
+    "Um diese Probleme zu lösen, gibt es kein einfaches Rezept.",
+    "He felt as if his marital problems were beyond remedy.",
+    "Er hatte das Gefühl, dass seine Eheprobleme nicht mehr zu lösen waren.",
+    "It is our intention to maintain this practice.",
+    "Wir beabsichtigen, diese Praxis beizubehalten.",
+    "The road to hell is paved with good intentions.",
+    "Der Weg zur Hölle ist mit guten Vorsätzen gepflastert.",
+    "Do you wish to make any alterations, additions or corrections?",
+    "Möchten Sie irgendetwas ändern, hinzufügen oder richtigstellen?",
+    "Professional forgers can knock off a fake passport in no time.",
+    "Professionelle Fälscher zaubern im Nu einen falschen Pass aus dem Hut.",
+    "He was, as the phrase goes, 'on their radar'.",
+    "Er war, wie es so schön heißt, „auf ihrem Radar“.",
+    "Frogs won’t give you warts. That’s just an old wives’ tale.",
+    "Von Fröschen bekommt man keine Warzen. Das ist nur ein Ammenmärchen.",
+] * 4
+UNSEEN = [
+    "The outburst of violence was heralded years ago.",
+    "Der Gewaltausbruch hat sich seit Jahren angekündigt.",
+    "Zürich liegt 408 m über dem Meer – 東京 nicht.",
+]
+VOCAB_SIZE = 320
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("vocab") / "spm.model")
+    return SubwordTokenizer.learn(iter(SENTENCES), VOCAB_SIZE, path, seed=3)
+
+
+def test_vocabulary_size_and_reserved_ids(tokenizer):
+    assert tokenizer.vocab_size == VOCAB_SIZE
+    pieces = tokenizer.id_to_piece(tf.range(4)).numpy().tolist()
+    assert pieces == [b"<pad>", b"<unk>", b"<s>", b"</s>"]
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.start_id, tokenizer.end_id) == (0, 1, 2, 3)
+
+
+def test_learning_is_deterministic_and_saved_atomically(tokenizer, tmp_path):
+    again = SubwordTokenizer.learn(iter(SENTENCES), VOCAB_SIZE, str(tmp_path / "b.model"), seed=3)
+    assert again.model_proto == tokenizer.model_proto
+    with open(tokenizer.path, "rb") as f:
+        assert f.read() == tokenizer.model_proto
+    assert os.listdir(tmp_path) == ["b.model"]  # no temporary file left behind
+    assert SubwordTokenizer.load(tokenizer.path).model_proto == tokenizer.model_proto
+
+
+def test_in_graph_tokenize_matches_sentencepiece(tokenizer):
+    reference = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    texts = SENTENCES[:24] + UNSEEN
+    ids = tokenizer.tokenize(tf.constant(texts))
+    assert isinstance(ids, tf.RaggedTensor) and ids.dtype == tf.int32
+    assert ids.to_list() == reference.encode(texts)
+    assert all(0 < i < VOCAB_SIZE and i not in (2, 3) for row in ids.to_list() for i in row)
+
+
+def test_round_trip_real_sentences(tokenizer):
+    texts = SENTENCES[:24] + UNSEEN  # byte fallback: even characters never seen come back
+    back = tokenizer.detokenize(tokenizer.tokenize(tf.constant(texts)))
+    assert [b.decode("utf-8") for b in back.numpy()] == texts
+
+
+def test_detokenize_dense_decoder_output_in_tf_function(tokenizer):
+    texts = tf.constant(SENTENCES[:3])
+    ids = tokenizer.tokenize(texts)
+    # What a decoder emits: BOS, subwords, EOS, then anything (padding or garbage after EOS).
+    n = ids.nrows()
+    garbage = tf.fill([n, 2], 77)
+    dense = tf.concat([tf.fill([n, 1], 2), ids, tf.fill([n, 1], 3), garbage], axis=1).to_tensor()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def detok(x):
+        return tokenizer.detokenize(x)
+
+    assert detok(dense).numpy().tolist() == texts.numpy().tolist()
+    padded = ids.to_tensor(default_value=0, shape=[3, int(tf.reduce_max(ids.row_lengths())) + 5])
+    assert tokenizer.detokenize(padded).numpy().tolist() == texts.numpy().tolist()
+
+
+def test_saved_model_takes_and_returns_strings(tokenizer, tmp_path):
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.vocab = tf.saved_model.Asset(tokenizer.path)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def round_trip(texts):
+        return tokenizer.detokenize(tokenizer.tokenize(texts).to_tensor())
+
+    module.round_trip = round_trip
+    tf.saved_model.save(module, str(tmp_path / "sm"))
+    assert os.path.isfile(tmp_path / "sm" / "assets" / os.path.basename(tokenizer.path))
+    loaded = tf.saved_model.load(str(tmp_path / "sm"))
+    texts = tf.constant(UNSEEN)
+    np.testing.assert_array_equal(loaded.round_trip(texts).numpy(), texts.numpy())
+
+
+def test_bad_vocabulary_sizes_and_files(tmp_path):
+    with pytest.raises(ValueError, match=r"vocab_size=321: must be a multiple of 8"):
+        SubwordTokenizer.learn(iter(SENTENCES), 321)
+    with pytest.raises(ValueError, match=r"vocab_size=8000 is too large"):
+        SubwordTokenizer.learn(iter(SENTENCES), 8000)
+    with pytest.raises(ValueError, match=r"vocabulary file not found: .*missing.model"):
+        SubwordTokenizer.load(str(tmp_path / "missing.model"))
+    bad = tmp_path / "bad.model"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match=r"bad.model is not a SentencePiece model"):
+        SubwordTokenizer.load(str(bad))

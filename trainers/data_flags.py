@@ -1,0 +1,81 @@
+"""Data flags shared by every trainer command; `data_config()` turns them into a DataConfig.
+
+    from trainers import data_flags          # defines the flags on import
+    config = data_flags.data_config()         # in main(): validated, frozen
+"""
+
+from absl import app, flags
+
+from keras_transformer.data.config import DATASETS, DataConfig
+from keras_transformer.data.files import parse_spec
+
+flags.DEFINE_enum(
+    "dataset", "ding_de_en", list(DATASETS),
+    "wmt14_en_de / wmt14_en_fr: the paper's data through tensorflow-datasets (needs a prior "
+    "download); ding_de_en: the offline English->German corpus from the Debian package "
+    "trans-de-en; files: your own --train_data/--dev_data/--test_data.",
+)
+for _split in ("train", "dev", "test"):
+    flags.DEFINE_string(
+        f"{_split}_data", None,
+        f"With --dataset=files: the {_split} pairs, PATH.tsv (source<TAB>target per line) or "
+        "SRC_PATH,TGT_PATH (two line-aligned files).",
+    )
+flags.DEFINE_string("data_dir", "data", "TFDS data directory; also holds the vocabulary files.")
+flags.DEFINE_string(
+    "ding_file", None,
+    "The Ding dictionary file (default /usr/share/trans/de-en from `apt-get install "
+    "trans-de-en`, else data/trans-de-en/usr/share/trans/de-en as unpacked by "
+    "trainers/setup.sh without root).",
+)
+flags.DEFINE_integer(
+    "vocab_size", None,
+    "Shared subword vocabulary size, a multiple of 8 (default 37000 for WMT14 as the paper, "
+    "8000 otherwise).",
+)
+flags.DEFINE_string(
+    "vocab_path", None,
+    "SentencePiece model file (default DATA_DIR/vocab/<dataset>-<vocab_size>.model; learned "
+    "there by prepare_data if missing).",
+)
+flags.DEFINE_integer(
+    "max_length", 256, "Longest example in subword tokens (with the end token); longer are dropped."
+)
+flags.DEFINE_integer(
+    "token_budget", 25000,
+    "Tokens per batch and side, padding included, summed over replicas (the paper: ~25000).",
+)
+
+flags.DEFINE_integer(
+    "bucket_multiple", 8,
+    "Round length-bucket boundaries to this multiple: 8 = few shapes for XLA (default), "
+    "1 = tensor2tensor's exact x1.1 grid (less padding, about twice the shapes).",
+)
+
+FLAGS = flags.FLAGS
+
+
+def data_config(**overrides) -> DataConfig:
+    """The parsed data flags as a DataConfig; bad values raise app.UsageError naming the flag."""
+    values = dict(
+        dataset=FLAGS.dataset,
+        data_dir=FLAGS.data_dir,
+        ding_file=FLAGS.ding_file,
+        train_data=FLAGS.train_data,
+        dev_data=FLAGS.dev_data,
+        test_data=FLAGS.test_data,
+        vocab_size=FLAGS.vocab_size,
+        vocab_path=FLAGS.vocab_path,
+        max_length=FLAGS.max_length,
+        token_budget=FLAGS.token_budget,
+        bucket_multiple=FLAGS.bucket_multiple,
+    )
+    values.update(overrides)
+    try:
+        for name in ("train_data", "dev_data", "test_data"):
+            if values[name]:
+                parse_spec(values[name], name)
+        return DataConfig(**values)
+    except ValueError as e:
+        # Every message starts with the field name, which is also the flag name.
+        raise app.UsageError(f"--{e}") from None

@@ -1,0 +1,87 @@
+"""Prepares a corpus and its shared subword vocabulary, then reports what training will see.
+
+    python -m trainers.prepare_data                          # offline Ding corpus (default)
+    python -m trainers.prepare_data --dataset=files --train_data=train.tsv --dev_data=dev.tsv
+    python -m trainers.prepare_data --dataset=wmt14_en_de --download   # needs a network
+
+Prints pairs per split, the vocabulary size, tokens per sentence (mean, 95th percentile), the
+number of token-budget batches, their padding fraction and how many examples are longer
+than --max_length (dropped). Running it again reuses the prepared data and the vocabulary
+(unless --overwrite_vocab).
+"""
+
+import sys
+
+from absl import app, flags, logging
+
+from trainers import data_flags
+
+flags.DEFINE_bool("overwrite_vocab", False, "Learn the vocabulary again even if the file exists.")
+flags.DEFINE_bool(
+    "download", False, "WMT14 only: download and prepare it through TFDS (needs a network)."
+)
+
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    config = data_flags.data_config()
+    logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
+    try:
+        prepare(config)
+    except ValueError as e:  # bad input: the message names file/line/flag, no stack trace
+        sys.exit(f"prepare_data: error: {e}")
+
+
+def prepare(config):
+    from keras_transformer import data
+    from keras_transformer.data import batching, wmt
+
+    if FLAGS.download:
+        if config.dataset not in wmt.WMT14:
+            raise app.UsageError("--download applies to --dataset=wmt14_en_de/wmt14_en_fr only.")
+        wmt.download_and_prepare(config.dataset, config.data_dir)
+
+    tokenizer, learned = data.load_or_learn_tokenizer(config, overwrite=FLAGS.overwrite_vocab)
+    print(f"dataset: {config.dataset}   data_dir: {config.data_dir}")
+    print(
+        f"vocabulary: {tokenizer.vocab_size} subwords ({'learned now' if learned else 'reused'}) "
+        f"at {tokenizer.path}"
+    )
+    spec = data.bucket_spec(config)
+    print(
+        f"buckets: {len(spec.boundaries)} lengths {spec.boundaries[0]}..{spec.max_length}, "
+        f"token budget {config.token_budget} per side"
+    )
+    header = (
+        f"{'split':<6} {'pairs':>9} {'src tok/sent':>13} {'p95':>5} {'tgt tok/sent':>13} "
+        f"{'p95':>5} {'batches':>8} {'padding':>8} {'too long':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for split in data.SPLITS:
+        try:
+            pairs = data.load_text_pairs(config, split)
+        except ValueError as e:
+            if config.dataset == "files" and split != "train" and "is not set" in str(e):
+                print(f"{split:<6} (not given)")
+                continue
+            raise
+        lengths = batching.length_statistics(
+            batching.encode_pairs(pairs, tokenizer), config.max_length
+        )
+        stats = batching.batch_statistics(batching.make_batches(pairs, tokenizer, spec))
+        print(
+            f"{split:<6} {lengths.examples:>9,} {lengths.source_mean:>13.1f} "
+            f"{lengths.source_p95:>5.0f} {lengths.target_mean:>13.1f} {lengths.target_p95:>5.0f} "
+            f"{stats.batches:>8,} {stats.padding_fraction:>8.1%} {lengths.too_long:>9,}"
+        )
+        if split == "train":
+            data.check_not_empty(config, tokenizer, "train")
+    print("(tokens per sentence include the end token; padding counts both sides)")
+
+
+if __name__ == "__main__":
+    app.run(main)
