@@ -268,9 +268,14 @@ def greedy_search(
 
 
 def _while(cond, body, state, length):
-    """``tf.while_loop`` over one dict of loop variables, at most ``length`` iterations."""
+    """``tf.while_loop`` over one dict of loop variables, at most ``length`` iterations.
+
+    Each new loop variable gets its old static shape back: ops such as ``tf.gather`` with
+    ``batch_dims`` lose a known batch size (e.g. 1 in a traced function), which ``tf.while_loop``
+    would reject as a shape change."""
     return tf.while_loop(
-        cond, lambda s: [body(s)], [state], maximum_iterations=length
+        cond, lambda s: [tf.nest.map_structure(_set_shape, body(s), s)], [state],
+        maximum_iterations=length,
     )[0]
 
 

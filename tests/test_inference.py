@@ -50,6 +50,12 @@ def test_cached_search_equals_rerunning_the_whole_prefix(translator):
     np.testing.assert_allclose(cached["scores"], uncached.scores, rtol=1e-4)
 
 
+def test_traced_search_with_a_static_batch_of_one(translator):
+    source_ids, _, _ = translator.source_ids(tf.constant(SENTENCES[:1]))
+    traced = tf.function(translator.translate_ids)(source_ids)  # batch size 1 known when tracing
+    np.testing.assert_array_equal(traced["ids"], translator.translate_ids(source_ids)["ids"])
+
+
 def test_xla_compiled_search_equals_plain(translator):
     source_ids, _, _ = translator.source_ids(tf.constant(SENTENCES))
     plain = translator.translate_ids(source_ids)
