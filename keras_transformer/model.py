@@ -133,6 +133,23 @@ class Transformer(keras.Model):
         memory, memory_mask = self.encode(source_ids, training=training)
         return self.decode(target_input_ids, memory, memory_mask, training=training)
 
+    def attention_weights(self, source_ids, target_input_ids):
+        """The attention maps of one teacher-forced pass (for plots like the paper's Figures 3-5):
+        ``{"encoder_self": [per layer: [batch, heads, S, S]], "decoder_self": [... [batch, heads, T, T]],
+        "decoder_cross": [... [batch, heads, T, S]]}``."""
+        source_ids = self._checked_ids(source_ids, self.config.vocab_size, "source_ids")
+        target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
+                                             "target_input_ids")
+        memory_mask = masks.padding_mask(source_ids, self.config.pad_id)
+        x = self._embed(source_ids, self.source_embedding, getattr(self, "source_positions", None))
+        memory, encoder_weights = self.encoder(x, padding_mask=memory_mask, return_attention_weights=True)
+        y = self._embed(target_input_ids, self.target_embedding, getattr(self, "target_positions", None))
+        self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
+        _, decoder_weights = self.decoder(y, memory, self_mask, memory_mask, return_attention_weights=True)
+        return {"encoder_self": encoder_weights,
+                "decoder_self": [w["self"] for w in decoder_weights],
+                "decoder_cross": [w["cross"] for w in decoder_weights]}
+
     # -- step-by-step decoding (section 6.1's beam search calls this through one step function) --
 
     def init_cache(self, memory, memory_mask, max_decode_length):

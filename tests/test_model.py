@@ -143,3 +143,17 @@ def test_out_of_vocabulary_ids_inside_tf_function_name_the_input(model):
     call = tf.function(lambda s, t: model((s, t)))
     with pytest.raises(tf.errors.InvalidArgumentError, match="target_input_ids holds ids >= vocabulary size"):
         call(tf.constant(SOURCE), tf.constant(np.where(TARGET > 0, VOCAB + 1, 0)))
+
+
+def test_attention_weights_for_plots(model):
+    maps = model.attention_weights(SOURCE, TARGET)
+    heads, layers = model.config.num_heads, model.config.num_layers
+    assert [w.shape for w in maps["encoder_self"]] == [(2, heads, 5, 5)] * layers
+    assert [w.shape for w in maps["decoder_cross"]] == [(2, heads, 5, 5)] * layers
+    for name in ("encoder_self", "decoder_self", "decoder_cross"):
+        for w in maps[name]:
+            np.testing.assert_allclose(np.asarray(w).sum(-1), 1.0, atol=1e-5)
+    for w in maps["encoder_self"] + maps["decoder_cross"]:
+        assert np.all(np.asarray(w)[1, :, :, 3:] == 0)  # padded source keys of the second sentence
+    for w in maps["decoder_self"]:
+        assert np.all(np.triu(np.asarray(w)[0, 0], k=1) == 0)  # no attention to later positions

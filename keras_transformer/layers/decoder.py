@@ -24,21 +24,28 @@ class DecoderLayer(TransformerLayer):
                 "cross": self.cross_attention.compute_cache(memory)}
 
     def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             cache_index=None, training=None):
+             cache_index=None, training=None, return_attention_weights=False):
         """Teacher forcing: x [batch, target_length, d_model], memory [batch, source_length, d_model],
         self_attention_mask [batch, 1, target_length, target_length] (look-ahead and padding),
         memory_mask [batch, 1, 1, source_length].
 
         Incremental decoding: x [batch, 1, d_model] at position ``cache_index``, ``cache`` from
         ``initial_cache``, self_attention_mask from ``masks.cache_step_mask``; returns (x, cache).
+
+        ``return_attention_weights`` (teacher forcing only): (x, {"self": [batch, heads, T, T],
+        "cross": [batch, heads, T, S]}).
         """
         if cache is None:
-            x = self._connect("self_attention", x, lambda h: self.self_attention(
-                h, attention_mask=self_attention_mask, training=training), training)
-            x = self._connect("cross_attention", x, lambda h: self.cross_attention(
-                h, memory, attention_mask=memory_mask, training=training), training)
-            return self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training),
-                                 training)
+            weights = {}
+            for name, key_value, mask in (("self_attention", None, self_attention_mask),
+                                          ("cross_attention", memory, memory_mask)):
+                result = self._connect(name, x, lambda h: getattr(self, name)(
+                    h, key_value, attention_mask=mask, training=training,
+                    return_attention_weights=return_attention_weights), training)
+                x, weights[name.split("_")[0]] = result if return_attention_weights else (result, None)
+            x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training),
+                              training)
+            return (x, weights) if return_attention_weights else x
         x, self_cache = self._connect("self_attention", x, lambda h: self.self_attention(
             h, attention_mask=self_attention_mask, cache=cache["self"], cache_index=cache_index,
             training=training), training)
@@ -61,14 +68,22 @@ class Decoder(TransformerStack):
         return {f"layer_{i}": layer.initial_cache(memory, max_length) for i, layer in enumerate(self.layers)}
 
     def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             cache_index=None, training=None):
-        new_cache = {}
+             cache_index=None, training=None, return_attention_weights=False):
+        """(x) or (x, cache) with a cache, or (x, [weights of each layer]) with
+        ``return_attention_weights`` (see ``DecoderLayer``)."""
+        new_cache, weights = {}, []
         for i, layer in enumerate(self.layers):
             if cache is None:
-                x = layer(x, memory, self_attention_mask, memory_mask, training=training)
+                x = layer(x, memory, self_attention_mask, memory_mask, training=training,
+                          return_attention_weights=return_attention_weights)
+                if return_attention_weights:
+                    x, layer_weights = x
+                    weights.append(layer_weights)
             else:
                 x, new_cache[f"layer_{i}"] = layer(x, None, self_attention_mask, memory_mask,
                                                    cache=cache[f"layer_{i}"], cache_index=cache_index,
                                                    training=training)
         x = self._final(x)
+        if return_attention_weights:
+            return x, weights
         return x if cache is None else (x, new_cache)

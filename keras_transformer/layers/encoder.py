@@ -15,11 +15,15 @@ class EncoderLayer(TransformerLayer):
     def build(self, input_shape):
         self._build_sublayers(input_shape)
 
-    def call(self, x, padding_mask=None, training=None):
-        """x [batch, length, d_model]; padding_mask bool [batch, 1, 1, length] (see ``masks``)."""
-        x = self._connect("self_attention", x,
-                          lambda h: self.self_attention(h, attention_mask=padding_mask, training=training), training)
-        return self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training), training)
+    def call(self, x, padding_mask=None, training=None, return_attention_weights=False):
+        """x [batch, length, d_model]; padding_mask bool [batch, 1, 1, length] (see ``masks``).
+        With ``return_attention_weights``: (x, weights [batch, heads, length, length])."""
+        result = self._connect("self_attention", x, lambda h: self.self_attention(
+            h, attention_mask=padding_mask, training=training,
+            return_attention_weights=return_attention_weights), training)
+        x, weights = result if return_attention_weights else (result, None)
+        x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training), training)
+        return (x, weights) if return_attention_weights else x
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -28,7 +32,14 @@ class Encoder(TransformerStack):
 
     layer_class = EncoderLayer
 
-    def call(self, x, padding_mask=None, training=None):
+    def call(self, x, padding_mask=None, training=None, return_attention_weights=False):
+        """With ``return_attention_weights``: (x, [weights of each layer])."""
+        weights = []
         for layer in self.layers:
-            x = layer(x, padding_mask=padding_mask, training=training)
-        return self._final(x)
+            x = layer(x, padding_mask=padding_mask, training=training,
+                      return_attention_weights=return_attention_weights)
+            if return_attention_weights:
+                x, layer_weights = x
+                weights.append(layer_weights)
+        x = self._final(x)
+        return (x, weights) if return_attention_weights else x
