@@ -16,12 +16,19 @@ never saw longer sources in training, so translating the rest would be a guess.
 """
 
 import dataclasses
-from typing import Callable, List, Sequence
+import os
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
+
+# ``load_translator(model_dir, checkpoint=AVERAGED)``: the average of the last checkpoints (section 6.1).
+AVERAGED = "averaged"
+# A copy of the vocabulary inside the run directory, looked for first (a run that carries its own
+# vocabulary cannot lose it when data/ is cleaned or moved).
+RUN_VOCABULARY_FILE = "vocab.model"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +59,8 @@ class Translator(tf.Module):
         self.tokenizer = tokenizer
         self.decoding = decoding_config
         self.max_source_length = model.config.max_length
-        # One static output buffer for every batch (XLA-friendly); each sentence stops at its own
-        # source length + extra_length.
+        # The output ids: one static buffer for every batch (XLA-friendly, and one output shape);
+        # each sentence stops at its own source length + extra_length.
         self.max_decode_length = self.max_source_length + decoding_config.extra_length
 
     def source_ids(self, texts):
@@ -74,7 +81,14 @@ class Translator(tf.Module):
         "scores": [batch, beam], "lengths": [batch, beam]}`` sorted best first."""
         source_ids = tf.cast(source_ids, tf.int32)
         memory, memory_mask = self.model.encode(source_ids)
-        cache = self.model.init_cache(memory, memory_mask, self.max_decode_length)
+        # The key/value cache, unlike the ids buffer, is sized per batch: its longest possible output
+        # (padded source width + extra_length). Every step attends over and beam-reorders the whole
+        # cache, so a cache of max_length + extra_length slots costs 1.4x (batch 1) to 2.3x (batch 64)
+        # for short sentences (benchmarks/decoding.py). Its length is derived from the input's shape
+        # only, so XLA still sees static shapes once the input shape is known.
+        extra = self.decoding.extra_length
+        cache_length = tf.minimum(tf.shape(source_ids)[1], self.max_source_length) + extra
+        cache = self.model.init_cache(memory, memory_mask, cache_length)
         source_lengths = tf.reduce_sum(tf.cast(source_ids != self.model.config.pad_id, tf.int32), axis=1)
         start = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.tokenizer.start_id, tf.int32))
 
@@ -90,7 +104,7 @@ class Translator(tf.Module):
         result = decoding.beam_search(
             symbols_to_logits_fn, start, cache, beam_size=self.decoding.beam_size,
             alpha=self.decoding.alpha, max_decode_length=self.max_decode_length,
-            eos_id=self.tokenizer.end_id, max_lengths=source_lengths + self.decoding.extra_length,
+            eos_id=self.tokenizer.end_id, max_lengths=tf.minimum(source_lengths + extra, cache_length),
             pad_id=self.tokenizer.pad_id)
         return {"ids": result.ids, "scores": result.scores, "lengths": result.lengths}
 
@@ -128,3 +142,87 @@ def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch
         if progress is not None:
             progress(len(indices))
     return results
+
+
+def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
+    """The checkpoint prefix to restore: ``None``/``"latest"``: the latest of ``model_dir``;
+    ``"averaged"``: ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); a directory: its
+    latest checkpoint; otherwise a checkpoint prefix (``.../ckpt-1000``, without ``.index``)."""
+    from keras_transformer.training.trainer import AVERAGED_PREFIX
+
+    if checkpoint in (None, "", "latest"):
+        path = tf.train.latest_checkpoint(model_dir)
+        if path is None:
+            raise ValueError(f"no checkpoint in {model_dir} (no 'checkpoint' index file naming one): "
+                             "train first, or pass checkpoint=PATH.")
+        return path
+    if checkpoint == AVERAGED:
+        path = os.path.join(model_dir, AVERAGED_PREFIX)
+        if not tf.io.gfile.exists(path + ".index"):
+            raise ValueError(f"no averaged checkpoint in {model_dir} ({path}.index not found): train "
+                             "with average_last > 0 or run trainers.average_checkpoints.")
+        return path
+    if tf.io.gfile.isdir(checkpoint):
+        path = tf.train.latest_checkpoint(checkpoint)
+        if path is None:
+            raise ValueError(f"checkpoint={checkpoint!r} is a directory without a checkpoint in it.")
+        return path
+    if checkpoint.endswith(".index"):
+        checkpoint = checkpoint[:-len(".index")]
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise ValueError(f"checkpoint {checkpoint!r} not found (no {checkpoint}.index).")
+    return checkpoint
+
+
+def _vocabulary_path(model_dir: str, run: dict, vocab_path: Optional[str]) -> str:
+    """``vocab_path`` if given, else ``model_dir/vocab.model``, else the run's recorded
+    ``vocab_path``, else its data config's default vocabulary path; the first that exists."""
+    if vocab_path:
+        if not os.path.isfile(vocab_path):
+            raise ValueError(f"vocabulary file {vocab_path} not found.")
+        return vocab_path
+    candidates = [os.path.join(model_dir, RUN_VOCABULARY_FILE)]
+    if run.get("vocab_path"):
+        candidates.append(run["vocab_path"])
+    if isinstance(run.get("data"), dict):
+        from keras_transformer.data.config import DataConfig
+
+        try:
+            candidates.append(DataConfig(**run["data"]).effective_vocab_path)
+        except (TypeError, ValueError):  # a data config of another version: skip this guess
+            pass
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise ValueError(f"the vocabulary of the run in {model_dir} was not found (tried "
+                     f"{', '.join(dict.fromkeys(candidates))}); pass vocab_path (--vocab_path).")
+
+
+def load_translator(model_dir: str, checkpoint: Optional[str] = None,
+                    decoding_config: DecodingConfig = DecodingConfig(),
+                    vocab_path: Optional[str] = None) -> Translator:
+    """A ``Translator`` for the training run in ``model_dir``: the model of its ``config.json``
+    with the weights of ``checkpoint`` (see ``resolve_checkpoint``; default the latest) and the
+    run's subword vocabulary (see ``_vocabulary_path``). Inference runs in float32 whatever the
+    training precision (the variables are float32 either way). Every missing file is a ValueError
+    naming it."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.tokenizer import SubwordTokenizer
+    from keras_transformer.training.checkpoints import restore_model
+    from keras_transformer.training.trainer import build_model, load_run_config
+
+    if not os.path.isdir(model_dir):
+        raise ValueError(f"model_dir {model_dir} does not exist.")
+    run = load_run_config(model_dir)
+    if not isinstance(run.get("model"), dict):
+        raise ValueError(f"{os.path.join(model_dir, 'config.json')} has no 'model' section.")
+    config = TransformerConfig.from_dict(run["model"])
+    path = resolve_checkpoint(model_dir, checkpoint)
+    tokenizer = SubwordTokenizer.load(_vocabulary_path(model_dir, run, vocab_path))
+    model = build_model(config)
+    try:
+        restore_model(model, path)
+    except (AssertionError, tf.errors.OpError) as error:
+        raise ValueError(f"checkpoint {path} does not fit the model of {model_dir}/config.json: "
+                         f"{str(error).splitlines()[0][:300]}") from None
+    return Translator(model, tokenizer, decoding_config)

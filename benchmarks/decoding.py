@@ -1,0 +1,482 @@
+"""Decoding throughput: beam 4 and greedy, with and without the key/value cache, with and without XLA.
+
+    python -m benchmarks.decoding                                  # random `small` model, Ding test set
+    python -m benchmarks.decoding --model_dir=runs/small --checkpoint=averaged
+    python -m benchmarks.decoding --smoke                          # seconds: tiny model, few sentences
+
+Measures sentences/s and output tokens/s of the search of section 6.1 on real test sentences (the
+offline Ding corpus by default; with --model_dir the run's own data and vocabulary), batched as
+``trainers.translate`` batches them (sorted by length), per batch size. Each batch is padded to a
+multiple of 8 tokens and decoded into a buffer of that length + --extra_length, so XLA compiles few
+shapes; the first pass over the batches (tracing, compiling) is reported separately and not timed.
+
+* cached: one ``model.decode_step`` per output position (what ``inference.Translator`` runs);
+* uncached: every step re-runs the teacher-forced decoder over the prefix decoded so far, as a
+  naive implementation would (without XLA over ``ids[:, :i + 1]``; XLA needs static shapes, so
+  there it runs over the whole buffer, the causal mask hiding the future; see
+  tests/test_inference.py::test_cached_search_equals_rerunning_the_whole_prefix).
+
+The length sweep forces every output to exactly N tokens (EOS masked, limit N) and reports the time
+per sentence and per decoder step: constant per step with the cache, growing with N without it.
+
+Translator rows time ``inference.Translator.translate_ids`` itself (what the SavedModel runs: its
+key/value cache sized per batch, padded source width + extra_length), next to a search whose cache
+has the fixed max_length + extra_length slots (the Translator before that change), in one run.
+
+The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
+weights with ``keras_transformer.export_ctranslate2`` and decodes the same test sentences, batched
+the same way, with our search and with CTranslate2 float32 on the same CPU threads, greedy and beam
+4 with length penalty off (alpha 0 / length_penalty=0: the two length penalties differ) and one
+length limit per batch (CTranslate2's max_decoding_length = longest source + extra_length, ours the
+same); pad and start are excluded on both sides. It reports both speeds, their ratio and the
+fraction of identical translations (token ids). With random weights outputs run to the limit and
+near-ties decide long random sequences, so the identical fraction is only meaningful for a trained
+model (--model_dir).
+
+Without --model_dir the weights are random: speed depends on the weights only through the output
+lengths (a random model rarely emits EOS, so every output runs to input length + extra_length), and
+the length sweep covers that. Prints a Markdown table and writes JSON (--output); timings are the
+median of --runs runs with min and max. Not a test: numbers depend on the machine and its load.
+"""
+
+import json
+import os
+import statistics
+import time
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("model_dir", None, "A training run (default: a randomly initialised model).")
+flags.DEFINE_string("checkpoint", None, "With --model_dir: 'averaged', a prefix or a folder.")
+flags.DEFINE_string("preset", "small", "Model preset without --model_dir.")
+flags.DEFINE_string("data_dir", None, "Where the Ding corpus and vocabulary are prepared (default "
+                    "data/ if it exists, else runs/benchmarks/data).")
+flags.DEFINE_list("batch_sizes", ["1", "16", "64"], "Batch sizes.")
+flags.DEFINE_list("searches", ["beam4", "greedy"], "beamK (beam size K) and/or greedy.")
+flags.DEFINE_list("uncached_batch_sizes", ["1", "16"],
+                  "Batch sizes also run without the cache (it is slow: O(length^2) per sentence).")
+flags.DEFINE_integer("min_sentences", 8, "Sentences per timed run at least (batch size 1 runs "
+                     "this many batches; larger batch sizes one batch).", lower_bound=1)
+flags.DEFINE_integer("runs", 3, "Timed runs per configuration (median, min, max).", lower_bound=1)
+flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).")
+flags.DEFINE_float("alpha", 0.6, "Length penalty alpha.")
+flags.DEFINE_list("lengths", ["8", "16", "32", "64", "128"], "Output lengths of the length sweep.")
+flags.DEFINE_integer("sweep_batch_size", 16, "Batch size of the length sweep.")
+flags.DEFINE_integer("uncached_max_length", 64, "Longest output length of the sweep also run "
+                     "without the cache (128 steps uncached take minutes on 2 cores).")
+flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "decoding.json"), "JSON results.")
+flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path: tiny model, 2 sentences.")
+PARTS = ("throughput", "translator", "sweep", "ctranslate2")
+flags.DEFINE_list("parts", list(PARTS), f"Which measurements: any of {', '.join(PARTS)}.")
+flags.DEFINE_integer("ctranslate2_sentences", 128, "Test sentences of the CTranslate2 comparison.",
+                     lower_bound=1)
+flags.DEFINE_integer("ctranslate2_batch_size", 16, "Batch size of the CTranslate2 comparison.",
+                     lower_bound=1)
+flags.DEFINE_integer("threads", 0, "CTranslate2 intra_threads (0: as many as CPUs, like TensorFlow).")
+
+FLAGS = flags.FLAGS
+BUCKET = 8  # batches are padded to a multiple of this many tokens (few XLA shapes)
+SMOKE_TEXT = ["The cat sits on the mat.", "A dog runs.", "Where is the train station?",
+              "Das ist ein Satz."]
+
+
+def _median_min_max(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def load_model_and_sentences():
+    """(model, tokenizer, source sentences, description)."""
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer import data, inference
+    from keras_transformer.tokenizer import SubwordTokenizer
+
+    # Seed first: tf.random.set_seed (inside) after a SubwordTokenizer exists deletes its
+    # SentencePiece resource ("Resource ... SentencepieceOp ... does not exist").
+    keras.utils.set_random_seed(1)
+    if FLAGS.smoke:
+        text = [f"{s} {i}" for i in range(30) for s in SMOKE_TEXT]
+        tokenizer = SubwordTokenizer.learn(text, vocab_size=320)
+        config = kt.TransformerConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=32)
+        return kt.Transformer(config), tokenizer, SMOKE_TEXT, "random tiny model (smoke run)"
+    if FLAGS.model_dir:
+        translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint)
+        from keras_transformer.training.trainer import load_run_config
+
+        run = load_run_config(FLAGS.model_dir)
+        data_config = data.DataConfig(**run["data"]) if isinstance(run.get("data"), dict) else None
+        model, tokenizer = translator.model, translator.tokenizer
+        described = f"trained model {FLAGS.model_dir} ({FLAGS.checkpoint or 'latest checkpoint'})"
+    else:
+        data_dir = FLAGS.data_dir or ("data" if os.path.isdir("data") else
+                                      os.path.join("runs", "benchmarks", "data"))
+        data_config = data.DataConfig(dataset="ding_de_en", data_dir=data_dir)
+        tokenizer, _ = data.load_or_learn_tokenizer(data_config)
+        config = kt.TransformerConfig.from_preset(FLAGS.preset, vocab_size=tokenizer.vocab_size,
+                                                  max_length=257)
+        model = kt.Transformer(config)
+        described = (f"randomly initialised {FLAGS.preset} model (speed depends on the weights only "
+                     "through the output lengths, see the length sweep)")
+    if data_config is None:
+        raise app.UsageError(f"{FLAGS.model_dir}/config.json records no data config: no test set.")
+    pairs = data.load_text_pairs(data_config, "test").as_numpy_iterator()
+    sentences = [source.decode("utf-8") for source, _ in pairs]
+    return model, tokenizer, sentences, described + f"; {data_config.dataset} test sentences"
+
+
+def make_search(model, search, cached, xla, extra_length, alpha, forced_length=None,
+                fixed_buffer=None):
+    """A tf.function: source_ids [batch, length] -> (best ids, best lengths, decoder steps).
+
+    The output buffer holds ``length + extra_length`` tokens, or ``fixed_buffer`` (the Translator's
+    ``max_length + extra_length`` for every batch), or ``forced_length`` with EOS masked so every
+    output has exactly that many tokens."""
+    import tensorflow as tf
+
+    from keras_transformer import decoding
+    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+
+    vocab = model.config.output_vocab_size
+    never = [PAD_ID, START_ID] + ([END_ID] if forced_length else [])
+    mask = tf.scatter_nd([[i] for i in never], [-1e9] * len(never), [vocab])
+
+    def run(source_ids):
+        batch, length = tf.shape(source_ids)[0], source_ids.shape[1]
+        buffer = forced_length or fixed_buffer or length + extra_length
+        if forced_length:
+            limits = tf.fill([batch], forced_length)
+        else:
+            limits = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), 1) + extra_length
+        memory, memory_mask = model.encode(source_ids)
+        if cached:
+            cache = model.init_cache(memory, memory_mask, buffer)
+
+            def step(ids, i, cache):
+                logits, cache = model.decode_step(ids[:, i], i, cache)
+                return logits + mask, cache
+        else:
+            cache = {"memory": memory, "memory_mask": memory_mask}
+
+            def step(ids, i, cache):
+                prefix = ids[:, :buffer] if xla else ids[:, :i + 1]
+                logits = model.decode(prefix, cache["memory"], cache["memory_mask"])
+                return logits[:, i] + mask, cache
+
+        start = tf.fill([batch], START_ID)
+        if search == "greedy":
+            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits)
+            return result.ids, result.lengths, result.steps
+        beam = int(search[len("beam"):])
+        result = decoding.beam_search(step, start, cache, beam, alpha, buffer, END_ID,
+                                      max_lengths=limits)
+        return result.ids[:, 0], result.lengths[:, 0], result.steps
+
+    return tf.function(run, jit_compile=xla)
+
+
+def batches_of(tokenizer, sentences, batch_size, bucket=BUCKET):
+    """Sorted by length, padded to a multiple of ``bucket``; like trainers.translate batches them."""
+    import numpy as np
+
+    ids = [list(row) + [tokenizer.end_id] for row in tokenizer.tokenize(sentences).to_list()]
+    ids.sort(key=len)
+    result = []
+    for start in range(0, len(ids), batch_size):
+        rows = ids[start:start + batch_size]
+        width = -(-max(map(len, rows)) // bucket) * bucket
+        result.append(np.array([r + [0] * (width - len(r)) for r in rows], np.int32))
+    return result
+
+
+def time_batches(function, batches, runs):
+    """First pass (tracing/compiling) and ``runs`` timed passes over ``batches``."""
+    import tensorflow as tf
+
+    # Traced with an unknown batch size, as a server sees it (decoding's loop variables are built
+    # for that: a static batch size is lost after one step and tf.while_loop refuses the change).
+    concrete = {}
+
+    def function_for(batch):
+        width = batch.shape[1]
+        if width not in concrete:
+            concrete[width] = function.get_concrete_function(tf.TensorSpec([None, width], tf.int32))
+        return concrete[width]
+
+    started = time.perf_counter()
+    outputs = [function_for(b)(tf.constant(b)) for b in batches]
+    warmup = time.perf_counter() - started
+    tokens = sum(int(o[1].numpy().sum()) for o in outputs)
+    steps = sum(int(o[2]) for o in outputs)
+    seconds = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        for b in batches:
+            function_for(b)(tf.constant(b))[1].numpy()  # wait for the result
+        seconds.append(time.perf_counter() - started)
+    return warmup, seconds, tokens, steps
+
+
+def _timed_row(common, count, warmup, seconds, tokens, steps):
+    median = statistics.median(seconds)
+    return {**common, "sentences": count, "sentences/s": round(count / median, 2),
+            "tokens/s": round(tokens / median, 1),
+            "seconds (median [min, max])": f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
+            "first pass s": round(warmup, 2), "output tokens": tokens, "decoder steps": steps,
+            "seconds": _median_min_max(seconds)}
+
+
+def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, extra_length, runs):
+    """Translator.translate_ids (cache sized per batch) against a search with the fixed
+    max_length + extra_length cache, beam of --searches[0] (or 4), on the same batches."""
+    import tensorflow as tf
+
+    from keras_transformer.inference import DecodingConfig, Translator
+
+    search = FLAGS.searches[0]
+    beam = int(search[len("beam"):]) if search.startswith("beam") else 4
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=beam, alpha=FLAGS.alpha,
+                                                             extra_length=extra_length))
+
+    def translate(source_ids):
+        out = translator.translate_ids(source_ids)
+        return out["ids"][:, 0], out["lengths"][:, 0], tf.reduce_max(out["lengths"])
+
+    fixed = model.config.max_length + extra_length
+    rows = []
+    for batch_size in batch_sizes:
+        count = min(len(sentences), max(batch_size, min_sentences))
+        batches = batches_of(tokenizer, sentences[:count], batch_size)
+        for label, function in [
+                (f"fixed max_length+{extra_length} = {fixed} (old Translator)",
+                 make_search(model, f"beam{beam}", True, False, extra_length, FLAGS.alpha,
+                             fixed_buffer=fixed)),
+                (f"Translator.translate_ids (cache input+{extra_length})", tf.function(translate))]:
+            warmup, seconds, tokens, steps = time_batches(function, batches, runs)
+            rows.append(_timed_row({"search": f"beam{beam}", "batch": batch_size, "cache": "yes",
+                                    "xla": "no", "buffer": label}, count, warmup, seconds, tokens, steps))
+            print(f"  beam{beam} batch={batch_size} {label}: {rows[-1]['sentences/s']} sentences/s",
+                  flush=True)
+    return rows
+
+
+def make_ours_for_comparison(model, beam_size, extra_length):
+    """Our search as the Translator runs it (cache sized per batch, pad/start masked), alpha 0 and
+    one length limit for the whole batch (CTranslate2's max_decoding_length)."""
+    import tensorflow as tf
+
+    from keras_transformer import decoding
+    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+
+    never = tf.scatter_nd([[PAD_ID], [START_ID]], [-1e9, -1e9], [model.config.output_vocab_size])
+    buffer = model.config.max_length + extra_length
+
+    def run(source_ids):
+        batch = tf.shape(source_ids)[0]
+        limit = tf.minimum(tf.shape(source_ids)[1], model.config.max_length) + extra_length
+        memory, memory_mask = model.encode(source_ids)
+        cache = model.init_cache(memory, memory_mask, limit)
+
+        def step(ids, i, cache):
+            logits, cache = model.decode_step(ids[:, i], i, cache)
+            return logits + never, cache
+
+        start, limits = tf.fill([batch], START_ID), tf.fill([batch], limit)
+        if beam_size == 1:
+            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits)
+            return result.ids
+        return decoding.beam_search(step, start, cache, beam_size, 0.0, buffer, END_ID,
+                                    max_lengths=limits).ids[:, 0]
+
+    return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+
+
+def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs):
+    """Our search and CTranslate2 float32 on the same weights and batches (see the docstring)."""
+    import tempfile
+
+    import numpy as np
+    import tensorflow as tf
+
+    try:
+        import ctranslate2
+    except ImportError:
+        print("  ctranslate2 is not installed (pip install ctranslate2): comparison skipped.")
+        return []
+    from keras_transformer.export_ctranslate2 import tokenizer_pieces, write_ctranslate2
+    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+
+    pieces = tokenizer_pieces(tokenizer)
+    batches = batches_of(tokenizer, sentences, batch_size, bucket=1)  # no padding beyond the longest
+    tokens = [[[pieces[t] for t in row if t not in (PAD_ID, END_ID)] for row in b] for b in batches]
+    threads = FLAGS.threads or os.cpu_count()
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        path = write_ctranslate2(model, tokenizer, os.path.join(directory, "model"),
+                                 extra_length=extra_length)
+        engine = ctranslate2.Translator(path, device="cpu", compute_type="float32",
+                                        intra_threads=threads, inter_threads=1)
+        for search in FLAGS.searches:
+            beam = 1 if search == "greedy" else int(search[len("beam"):])
+            ours = make_ours_for_comparison(model, beam, extra_length)
+
+            def run_ours():
+                return [[[t for t in row if t not in (PAD_ID, END_ID)] for row in ours(tf.constant(b)).numpy()]
+                        for b in batches]
+
+            def run_theirs():
+                return [[list(r.hypotheses[0]) for r in
+                         engine.translate_batch(tok, beam_size=beam, length_penalty=0.0,
+                                                max_decoding_length=int(b.shape[1]) + extra_length,
+                                                suppress_sequences=[[pieces[PAD_ID]], [pieces[START_ID]]])]
+                        for tok, b in zip(tokens, batches)]
+
+            timings = {}
+            functions = {"ours": run_ours, "ctranslate2": run_theirs}
+            for name, function in functions.items():
+                started = time.perf_counter()
+                output = function()  # first pass: tracing, and the outputs compared below
+                timings[name] = (time.perf_counter() - started, [], output)
+            for _ in range(runs):  # alternating, so that changes of the machine's load hit both
+                for name, function in functions.items():
+                    started = time.perf_counter()
+                    function()
+                    timings[name][1].append(time.perf_counter() - started)
+            our_text = [[pieces[t] for t in row] for batch in timings["ours"][2] for row in batch]
+            their_text = [row for batch in timings["ctranslate2"][2] for row in batch]
+            identical = sum(a == b for a, b in zip(our_text, their_text))
+            speeds = {name: len(sentences) / statistics.median(timings[name][1]) for name in timings}
+            for name, (warmup, seconds, _) in timings.items():
+                median = statistics.median(seconds)
+                rows.append({"search": search, "engine": name, "batch": batch_size,
+                             "sentences": len(sentences), "sentences/s": round(speeds[name], 2),
+                             "ours / CTranslate2": round(speeds["ours"] / speeds["ctranslate2"], 3),
+                             "identical": f"{identical}/{len(sentences)} ({100 * identical / len(sentences):.1f}%)",
+                             "seconds (median [min, max])":
+                                 f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
+                             "first pass s": round(warmup, 2), "threads": threads,
+                             "seconds": _median_min_max(seconds)})
+            print(f"  {search}: ours {speeds['ours']:.2f} sentences/s, CTranslate2 "
+                  f"{speeds['ctranslate2']:.2f} sentences/s, identical {identical}/{len(sentences)}",
+                  flush=True)
+    return rows
+
+
+def markdown(rows, columns):
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)
+    extra_length = FLAGS.extra_length
+    if FLAGS.smoke:  # every code path once, nothing timed seriously
+        batch_sizes, uncached_sizes, lengths, runs, min_sentences = [2], [2], [4], 1, 2
+        extra_length = 4
+    else:
+        batch_sizes = [int(b) for b in FLAGS.batch_sizes]
+        uncached_sizes = [int(b) for b in FLAGS.uncached_batch_sizes]
+        lengths, runs = [int(n) for n in FLAGS.lengths], FLAGS.runs
+        min_sentences = FLAGS.min_sentences
+    for search in FLAGS.searches:
+        if search != "greedy" and not (search.startswith("beam") and search[4:].isdigit()):
+            raise app.UsageError(f"--searches: {search!r} is neither greedy nor beamK.")
+    parts = set(FLAGS.parts)
+    if not parts or parts - set(PARTS):
+        raise app.UsageError(f"--parts={','.join(FLAGS.parts)}: choose from {', '.join(PARTS)}.")
+    import tensorflow as tf
+
+    model, tokenizer, sentences, described = load_model_and_sentences()
+    load = os.getloadavg()
+    print(f"decoding benchmark: {described}; {os.cpu_count()} CPUs, load average "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; TF {tf.__version__}", flush=True)
+
+    rows = []
+    for search in FLAGS.searches if "throughput" in parts else []:
+        for batch_size in batch_sizes:
+            count = min(len(sentences), max(batch_size, min_sentences))
+            batches = batches_of(tokenizer, sentences[:count], batch_size)
+            for cached in (True, False):
+                if not cached and batch_size not in uncached_sizes:
+                    continue
+                for xla in (False, True):
+                    function = make_search(model, search, cached, xla, extra_length, FLAGS.alpha)
+                    warmup, seconds, tokens, steps = time_batches(function, batches, runs)
+                    median = statistics.median(seconds)
+                    row = {"search": search, "batch": batch_size, "cache": "yes" if cached else "no",
+                           "xla": "yes" if xla else "no",
+                           "buffer": f"input+{extra_length} (padded to {BUCKET})",
+                           "sentences": count,
+                           "sentences/s": round(count / median, 2),
+                           "tokens/s": round(tokens / median, 1),
+                           "seconds (median [min, max])":
+                               f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
+                           "first pass s": round(warmup, 2), "output tokens": tokens,
+                           "decoder steps": steps, "seconds": _median_min_max(seconds)}
+                    rows.append(row)
+                    print(f"  {search} batch={batch_size} cache={row['cache']} xla={row['xla']}: "
+                          f"{row['sentences/s']} sentences/s, {row['tokens/s']} tokens/s", flush=True)
+
+    if "translator" in parts:
+        rows += translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, extra_length, runs)
+
+    compared = []
+    if "ctranslate2" in parts:
+        count = 2 if FLAGS.smoke else min(len(sentences), FLAGS.ctranslate2_sentences)
+        compared = ctranslate2_rows(model, tokenizer, sentences[:count],
+                                    2 if FLAGS.smoke else FLAGS.ctranslate2_batch_size, extra_length, runs)
+
+    sweep = []
+    sweep_batch = 2 if FLAGS.smoke else FLAGS.sweep_batch_size
+    batch = batches_of(tokenizer, sentences[:sweep_batch], sweep_batch)[:1]
+    for length in lengths if "sweep" in parts else []:
+        for cached in (True, False):
+            if not cached and length > FLAGS.uncached_max_length and not FLAGS.smoke:
+                continue
+            function = make_search(model, FLAGS.searches[0], cached, False, extra_length,
+                                   FLAGS.alpha, forced_length=length)
+            _, seconds, tokens, steps = time_batches(function, batch, runs)
+            median = statistics.median(seconds)
+            sweep.append({"search": FLAGS.searches[0], "batch": int(batch[0].shape[0]),
+                          "output length": length, "cache": "yes" if cached else "no",
+                          "ms/sentence": round(1000 * median / batch[0].shape[0], 2),
+                          "ms/step": round(1000 * median / max(steps, 1), 3),
+                          "seconds (median [min, max])":
+                              f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
+                          "seconds": _median_min_max(seconds), "decoder steps": steps})
+            print(f"  length {length} cache={sweep[-1]['cache']}: {sweep[-1]['ms/step']} ms/step",
+                  flush=True)
+
+    load_end = os.getloadavg()
+    print(f"\n{described}. Load average at the end: {load_end[0]:.2f}.\n")
+    print(markdown(rows, ["search", "batch", "cache", "xla", "buffer", "sentences", "sentences/s", "tokens/s",
+                          "seconds (median [min, max])", "first pass s"]))
+    if compared:
+        print("\nOurs vs CTranslate2 float32 on the same weights (alpha / length_penalty 0, one length "
+              "limit per batch):\n")
+        print(markdown(compared, ["search", "engine", "batch", "sentences", "sentences/s",
+                                  "ours / CTranslate2", "identical", "seconds (median [min, max])",
+                                  "threads"]))
+    print(f"\nDecode time vs output length ({FLAGS.searches[0]}, batch {sweep_batch}, no XLA, "
+          "EOS masked so every output has exactly that length):\n")
+    print(markdown(sweep, ["output length", "cache", "ms/sentence", "ms/step",
+                           "seconds (median [min, max])"]))
+
+    result = {"model": described, "cpus": os.cpu_count(), "load_average_start": load,
+              "load_average_end": load_end, "tensorflow": tf.__version__, "runs": runs,
+              "extra_length": extra_length, "alpha": FLAGS.alpha, "throughput": rows,
+              "length_sweep": sweep, "ctranslate2": compared}
+    directory = os.path.dirname(os.path.abspath(FLAGS.output))
+    os.makedirs(directory, exist_ok=True)
+    temporary = FLAGS.output + ".partial"
+    with open(temporary, "w") as stream:
+        json.dump(result, stream, indent=2)
+    os.replace(temporary, FLAGS.output)
+    print(f"\nwrote {FLAGS.output}")
+
+
+if __name__ == "__main__":
+    app.run(main)

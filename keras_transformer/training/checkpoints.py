@@ -1,0 +1,136 @@
+"""Checkpoints every N steps and every M minutes (section 6.1: "written at 10-minute intervals"),
+resume, and the checkpoint averaging of section 6.1 (last 5 for base, last 20 for big).
+
+Writing is crash-safe by construction of ``tf.train.CheckpointManager``: the variables are written
+to temporary files that are renamed into place, and only then is the ``checkpoint`` index file
+replaced atomically. A process killed at any moment therefore leaves the previous complete
+checkpoint as the latest one.
+"""
+
+import os
+import shutil
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+
+def model_checkpoint(model, **others) -> tf.train.Checkpoint:
+    """A ``tf.train.Checkpoint`` holding every variable of ``model`` (plus ``others``).
+
+    Keras 3 does not expose layers kept in Python lists (the encoder's N layers) to
+    ``tf.train.Checkpoint``'s object graph, so ``Checkpoint(model=model)`` alone would save the
+    embeddings only. The variables are therefore also tracked as one list, in the model's
+    deterministic variable order (same code and config, same order).
+    """
+    return tf.train.Checkpoint(model=model, model_variables=list(model.variables), **others)
+
+
+def restore_model(model, path: str) -> None:
+    """Loads the model variables of checkpoint ``path`` (a training or averaged checkpoint)
+    into the built ``model``; optimizer state in the file is ignored."""
+    if not tf.io.gfile.exists(path + ".index"):
+        raise ValueError(f"Checkpoint {path!r} does not exist (no {path}.index).")
+    model_checkpoint(model).read(path).expect_partial().assert_existing_objects_matched()
+
+
+class Checkpointer:
+    """When to save, and saving/restoring a ``model_checkpoint(model, optimizer=..., ...)``.
+
+    On a multi-worker job every worker must take part in a save (the variables may need
+    collective ops to be read); only the chief writes to ``directory``, the other workers write
+    to a scratch directory that is deleted at once.
+    """
+
+    def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, *,
+                 every_steps: Optional[int] = None, every_minutes: Optional[float] = 10.0,
+                 max_to_keep: int = 20, chief: bool = True, worker_id: int = 0):
+        if every_steps is not None and every_steps <= 0:
+            raise ValueError(f"checkpoint every_steps must be positive, got {every_steps}.")
+        if every_minutes is not None and every_minutes <= 0:
+            raise ValueError(f"checkpoint every_minutes must be positive, got {every_minutes}.")
+        self.checkpoint = checkpoint
+        self.directory = directory
+        self.every_steps = every_steps
+        self.every_minutes = every_minutes
+        self.chief = chief
+        write_dir = directory if chief else os.path.join(directory, f".worker_{worker_id}_scratch")
+        self.manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=max_to_keep)
+        self._last_save_time = time.monotonic()
+
+    @property
+    def latest(self) -> Optional[str]:
+        """Path prefix of the last complete checkpoint in ``directory`` (None if there is none)."""
+        return tf.train.latest_checkpoint(self.directory)
+
+    def restore_latest(self) -> Optional[str]:
+        """Restores model, optimizer (its step, hence the learning rate, and Adam's moments)."""
+        path = self.latest
+        if path is not None:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        self._last_save_time = time.monotonic()
+        return path
+
+    def due(self, step: int) -> bool:
+        """Whether ``step`` is a multiple of ``every_steps`` or the time interval has elapsed."""
+        if self.every_steps and step % self.every_steps == 0:
+            return True
+        return bool(self.every_minutes) and (
+            time.monotonic() - self._last_save_time >= 60.0 * self.every_minutes)
+
+    def save(self, step: int) -> Optional[str]:
+        """Writes a checkpoint numbered ``step``; returns its path on the chief."""
+        path = self.manager.save(checkpoint_number=step)
+        self._last_save_time = time.monotonic()
+        if not self.chief:
+            shutil.rmtree(self.manager.directory, ignore_errors=True)
+            return None
+        return path
+
+
+def checkpoint_paths(directory: str) -> list:
+    """All checkpoints the manager of ``directory`` keeps, oldest first."""
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None:
+        return []
+    paths = list(state.all_model_checkpoint_paths)
+    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+
+
+def average_checkpoints(model, paths: Sequence[str]) -> None:
+    """Sets ``model``'s variables to the element-wise mean over the checkpoints ``paths``.
+
+    Floating-point variables are averaged (in float64, then cast back); integer state (e.g.
+    random seeds) is taken from the last checkpoint. The model must be built.
+    """
+    paths = list(paths)
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint path.")
+    variables = model.variables
+    totals = None
+    for path in paths:
+        restore_model(model, path)
+        values = [np.asarray(v.numpy(), np.float64) for v in variables]
+        totals = values if totals is None else [t + v for t, v in zip(totals, values)]
+    for variable, total in zip(variables, totals):
+        if np.issubdtype(np.dtype(variable.dtype), np.floating):
+            variable.assign((total / len(paths)).astype(variable.dtype))
+
+
+def write_averaged_checkpoint(model, paths: Sequence[str], output_prefix: str) -> str:
+    """Averages ``paths`` into ``model`` and writes the model alone to ``output_prefix``.
+
+    The result loads with ``restore_model(model, path)`` like any checkpoint of a training run
+    (it has no optimizer state). Written to a temporary prefix first, then
+    renamed, so an interrupted run never leaves a half-written average.
+    """
+    average_checkpoints(model, paths)
+    directory = os.path.dirname(output_prefix) or "."
+    tf.io.gfile.makedirs(directory)
+    temporary = output_prefix + ".partial"
+    written = model_checkpoint(model).write(temporary)
+    # The .index file goes last: a checkpoint without it is not loadable, hence never "half".
+    for name in sorted(tf.io.gfile.glob(written + "*"), key=lambda n: n.endswith(".index")):
+        tf.io.gfile.rename(name, output_prefix + name[len(written):], overwrite=True)
+    return output_prefix

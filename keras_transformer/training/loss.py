@@ -1,0 +1,73 @@
+"""Label-smoothed cross-entropy summed over real target tokens (section 5.4).
+
+Label smoothing as in Szegedy et al. (the paper's [36]): the target distribution is
+``q'(k) = (1 - eps) * onehot(k) + eps / K`` over the ``K`` output classes, and the loss is the
+cross-entropy ``-sum_k q'(k) log p(k)`` (the same definition as
+``keras.losses.CategoricalCrossentropy(label_smoothing=eps)``).
+
+Losses are returned as SUMS over non-padding target tokens together with the token count, so
+that the training step divides by the global number of real target tokens over all replicas
+and accumulation steps. Averaging per replica first (Model Garden's choice) weights the tokens
+of a replica with few tokens more than those of a replica with many.
+"""
+
+import keras
+import tensorflow as tf
+
+
+def label_smoothed_cross_entropy(labels, logits, label_smoothing: float = 0.1, pad_id: int = 0):
+    """Returns ``(loss_sum, num_tokens)`` over positions where ``labels != pad_id``.
+
+    labels: int [batch, length]; logits: float [batch, length, K]. Computed in float32
+    whatever the compute dtype of the model (bfloat16 log-softmax over 37k classes is too
+    coarse). ``num_tokens`` is float32 so it can be all-reduced along with the loss.
+    """
+    logits = tf.cast(logits, tf.float32)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    nll = -tf.gather(log_probs, tf.cast(labels, tf.int32), axis=-1, batch_dims=2)
+    # -sum_k (eps/K) log p(k) = eps * (-mean_k log p(k))
+    smooth = -tf.reduce_mean(log_probs, axis=-1)
+    per_token = (1.0 - label_smoothing) * nll + label_smoothing * smooth
+    mask = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
+    return tf.reduce_sum(per_token * mask), tf.reduce_sum(mask)
+
+
+def token_accuracy_counts(labels, logits, pad_id: int = 0):
+    """Returns ``(num_correct, num_tokens)``: arg-max predictions equal to the label, non-pad."""
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    mask = tf.not_equal(labels, pad_id)
+    correct = tf.logical_and(tf.equal(predictions, tf.cast(labels, tf.int32)), mask)
+    return tf.reduce_sum(tf.cast(correct, tf.float32)), tf.reduce_sum(tf.cast(mask, tf.float32))
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """The same loss for ``model.compile(loss=...)`` / ``model.fit``.
+
+    Returns the smoothed cross-entropy summed over the replica's real tokens divided by the
+    real tokens of ALL replicas (an all-reduce when ``fit`` runs under a distribution
+    strategy). With ``reduction="sum"`` Keras does not rescale the value per replica and the
+    optimizer sums the replicas' gradients, so the update is the one of the custom loop: a mean
+    over the global batch's real tokens, however unevenly they are spread. (The loss Keras
+    displays under N replicas is N times one replica's share; the update is what matters.)
+    """
+
+    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0,
+                 name: str = "label_smoothed_cross_entropy", **kwargs):
+        kwargs.setdefault("reduction", "sum")
+        super().__init__(name=name, **kwargs)
+        self.label_smoothing = float(label_smoothing)
+        self.pad_id = int(pad_id)
+
+    def call(self, y_true, y_pred):
+        loss_sum, num_tokens = label_smoothed_cross_entropy(
+            y_true, y_pred, self.label_smoothing, self.pad_id
+        )
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
+            num_tokens = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, num_tokens)
+        return loss_sum / tf.maximum(num_tokens, 1.0)
+
+    def get_config(self):
+        return {**super().get_config(), "label_smoothing": self.label_smoothing,
+                "pad_id": self.pad_id}

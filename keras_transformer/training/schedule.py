@@ -1,0 +1,61 @@
+"""Learning rate of Eq. (3) and the optimizer of section 5.3.
+
+    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5)        (3)
+
+Keras calls a schedule with the number of updates already applied (0 before the first
+update); the paper's ``step_num`` counts updates from 1, so update ``i`` (0-based) uses
+``step_num = i + 1``. Without that shift the first update would have a learning rate of 0.
+"""
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up for ``warmup_steps`` updates, then decay as ``step_num^-0.5`` (Eq. 3).
+
+    ``scale`` multiplies the whole curve (1.0 is the paper); it is the knob people turn when
+    they change the batch size or the number of replicas.
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int = 4000, scale: float = 1.0):
+        if int(d_model) <= 0:
+            raise ValueError(f"TransformerSchedule: d_model must be positive, got {d_model!r}.")
+        if int(warmup_steps) <= 0:
+            raise ValueError(
+                f"TransformerSchedule: warmup_steps must be positive, got {warmup_steps!r}."
+            )
+        if not float(scale) > 0:
+            raise ValueError(f"TransformerSchedule: scale must be positive, got {scale!r}.")
+        self.d_model = int(d_model)
+        self.warmup_steps = int(warmup_steps)
+        self.scale = float(scale)
+
+    def __call__(self, step):
+        step_num = tf.cast(step, tf.float32) + 1.0
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        rate = tf.math.rsqrt(tf.cast(self.d_model, tf.float32)) * tf.minimum(
+            tf.math.rsqrt(step_num), step_num * warmup**-1.5
+        )
+        return self.scale * rate
+
+    def get_config(self):
+        return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
+
+
+def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
+                    loss_scaling: bool = False) -> keras.optimizers.Optimizer:
+    """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the schedule of Eq. (3) (section 5.3).
+
+    ``loss_scaling=True`` wraps it in a dynamic ``keras.optimizers.LossScaleOptimizer``, which
+    ``float16`` training needs (``bfloat16`` has float32's exponent range and does not).
+    Create it inside ``strategy.scope()`` so its slots are mirrored like the weights.
+    """
+    optimizer = keras.optimizers.Adam(
+        learning_rate=TransformerSchedule(d_model, warmup_steps, scale),
+        beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+    )
+    if loss_scaling:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer

@@ -1,0 +1,83 @@
+"""Distribution strategies by name, and logical CPU devices to exercise them without GPUs.
+
+The paper trained on one machine with 8 GPUs (section 5.2): ``mirrored``. ``multi_worker_mirrored``
+reads the cluster from the ``TF_CONFIG`` environment variable. ``one_device`` places everything
+on the first GPU (or the CPU), ``default`` is TensorFlow's no-op strategy.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+
+
+def configure_cpu_devices(count: int) -> None:
+    """Split the physical CPU into ``count`` logical devices (``/cpu:0`` ... ``/cpu:{count-1}``).
+
+    Must run before TensorFlow initialises its devices (before the first op or strategy), so
+    that ``MirroredStrategy`` has several replicas on a machine without GPUs.
+    """
+    count = int(count)
+    if count < 1:
+        raise ValueError(f"The number of logical CPU devices must be >= 1, got {count}.")
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+    except RuntimeError as error:
+        existing = len(tf.config.list_logical_devices("CPU"))
+        if existing != count:
+            raise RuntimeError(
+                f"Cannot create {count} logical CPU devices: TensorFlow is already initialised "
+                f"with {existing}. Configure them before any other TensorFlow call.") from error
+
+
+def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy:
+    """Returns the strategy called ``name`` (one of ``STRATEGIES``).
+
+    ``num_cpu_devices > 0`` first creates that many logical CPU devices; ``mirrored`` then
+    mirrors over them when the machine has no GPU.
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
+    if num_cpu_devices:
+        configure_cpu_devices(num_cpu_devices)
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "multi_worker_mirrored":
+        # Before anything initialises TensorFlow's context (even listing logical devices):
+        # collective ops can only be configured at start-up.
+        config = os.environ.get("TF_CONFIG")
+        if not config:
+            raise ValueError("--strategy=multi_worker_mirrored needs the TF_CONFIG environment "
+                             "variable (cluster worker addresses and this task's index).")
+        try:
+            json.loads(config)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from error
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name in ("one_device", "mirrored"):
+        gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
+        if name == "one_device":
+            return tf.distribute.OneDeviceStrategy(gpus[0] if gpus else "/cpu:0")
+        devices = gpus or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver()
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """True on the worker that writes checkpoints, summaries and the JSON report."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return True
+    task_type, task_id = resolver.task_type, resolver.task_id
+    if task_type == "chief":
+        return True
+    # Without an explicit chief, worker 0 is the chief.
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return task_type == "worker" and task_id == 0 and not has_chief

@@ -1,0 +1,372 @@
+"""The training loop of sections 5.2-5.4 and 6.1: a custom loop with ``strategy.run``.
+
+``Trainer(model_config, TrainingConfig(...), strategy).fit(train_dataset_fn, dev_dataset_fn)``
+builds the model and the paper's optimizer inside ``strategy.scope()``, resumes from the latest
+checkpoint in ``model_dir``, trains until ``train_steps`` or ``train_minutes`` or SIGTERM,
+checkpoints every N steps and M minutes, evaluates on the dev set, optionally averages the
+last checkpoints, and returns (and writes) a JSON summary.
+
+Dataset functions take a ``tf.distribute.InputContext`` and return the per-replica
+``tf.data.Dataset`` of ``((source_ids, target_input_ids), target_output_ids)`` batches (the data
+pipeline's contract); the trainer repeats the training set forever.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import time
+from typing import Callable, Optional, Sequence
+
+import tensorflow as tf
+
+from keras_transformer.config import TransformerConfig
+from keras_transformer.training.callbacks import Callback
+from keras_transformer.training.checkpoints import (Checkpointer, checkpoint_paths,
+                                                    model_checkpoint, write_averaged_checkpoint)
+from keras_transformer.training.schedule import paper_optimizer
+from keras_transformer.training.step import TrainStep
+from keras_transformer.training.strategy import is_chief
+
+# --mixed_precision value -> Keras dtype policy (variables stay float32 in both mixed modes).
+PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16",
+                      "float16": "mixed_float16"}
+RESUME_DATA = ("skip", "restart")
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+AVERAGED_PREFIX = os.path.join("averaged", "ckpt")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or Inf; the last good checkpoint was left untouched."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    """How to train (the model's shape is ``TransformerConfig``).
+
+    ``train_steps`` counts optimizer updates (each of ``accumulation_steps`` micro-batches per
+    replica); ``train_minutes`` is a wall-clock budget for this run (None: none). Either bound
+    stops training; at least one is required. ``resume_data="skip"`` replays the input pipeline
+    past the batches consumed before a restart (exact, but costs reading them again);
+    ``"restart"`` starts the pipeline afresh (cheap, some batches are seen twice).
+    """
+
+    model_dir: str
+    train_steps: Optional[int] = 100_000
+    train_minutes: Optional[float] = None
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0
+    accumulation_steps: int = 1
+    jit_compile: bool = False
+    mixed_precision: str = "float32"
+    checkpoint_every_steps: Optional[int] = None
+    checkpoint_every_minutes: Optional[float] = 10.0
+    keep_checkpoints: int = 20
+    average_last: int = 0
+    log_every_steps: int = 100
+    dev_every_steps: Optional[int] = None
+    resume_data: str = "skip"
+
+    def __post_init__(self):
+        def positive(name, integer=True, optional=False):
+            value = getattr(self, name)
+            if value is None and optional:
+                return
+            kind = int if integer else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+                raise ValueError(f"TrainingConfig.{name} must be a positive "
+                                 f"{'integer' if integer else 'number'}, got {value!r}.")
+
+        if not self.model_dir:
+            raise ValueError("TrainingConfig.model_dir must be a directory path.")
+        positive("train_steps", optional=True)
+        positive("train_minutes", integer=False, optional=True)
+        if self.train_steps is None and self.train_minutes is None:
+            raise ValueError("Set train_steps or train_minutes (or both) so training ends.")
+        for name in ("warmup_steps", "accumulation_steps", "keep_checkpoints", "log_every_steps"):
+            positive(name)
+        positive("learning_rate_scale", integer=False)
+        positive("checkpoint_every_steps", optional=True)
+        positive("checkpoint_every_minutes", integer=False, optional=True)
+        positive("dev_every_steps", optional=True)
+        if self.mixed_precision not in PRECISION_POLICIES:
+            raise ValueError(f"mixed_precision must be one of {sorted(PRECISION_POLICIES)}, "
+                             f"got {self.mixed_precision!r}.")
+        if self.resume_data not in RESUME_DATA:
+            raise ValueError(f"resume_data must be one of {RESUME_DATA}, got {self.resume_data!r}.")
+        if not 0 <= self.average_last <= self.keep_checkpoints:
+            raise ValueError(f"average_last={self.average_last} must be between 0 and "
+                             f"keep_checkpoints={self.keep_checkpoints} (older checkpoints are "
+                             "deleted before they could be averaged).")
+
+
+def _atomic_write_json(path: str, value: dict) -> None:
+    temporary = f"{path}.partial"
+    with tf.io.gfile.GFile(temporary, "w") as stream:
+        json.dump(value, stream, indent=2, sort_keys=True)
+        stream.write("\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def load_run_config(model_dir: str) -> dict:
+    """The ``config.json`` a run wrote: ``{"model": {TransformerConfig fields}, "training":
+    {TrainingConfig fields}, ...}`` (trainers.wmt adds "data", "vocab_path", "preset")."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"{path} not found: {model_dir!r} is not the model_dir of a training run.")
+    with tf.io.gfile.GFile(path) as stream:
+        return json.load(stream)
+
+
+def build_model(model_config: TransformerConfig, mixed_precision: str = "float32"):
+    """A built ``Transformer`` (variables created) with the dtype policy of ``mixed_precision``."""
+    from keras_transformer.model import Transformer
+
+    model = Transformer(model_config, dtype=PRECISION_POLICIES[mixed_precision])
+    dummy = tf.ones([1, 2], tf.int32)
+    model((dummy, dummy), training=False)
+    return model
+
+
+class Trainer:
+    """The model, its optimizer, one ``TrainStep`` and the checkpoints of one ``model_dir``.
+
+    ``model_fn`` (optional) returns a built model to use instead of ``build_model``; it is called
+    inside ``strategy.scope()``. ``run_info`` (e.g. the data config and vocabulary path) is
+    recorded in ``model_dir/config.json`` next to the model and training configs.
+    """
+
+    def __init__(self, model_config: TransformerConfig, config: TrainingConfig,
+                 strategy: Optional[tf.distribute.Strategy] = None,
+                 model_fn: Optional[Callable[[], "tf.keras.Model"]] = None,
+                 run_info: Optional[dict] = None):
+        self.run_info = dict(run_info or {})
+        self.model_config = model_config
+        self.config = config
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.chief = is_chief(self.strategy)
+        with self.strategy.scope():
+            self.model = model_fn() if model_fn else build_model(model_config,
+                                                                 config.mixed_precision)
+            self.optimizer = paper_optimizer(
+                model_config.d_model, config.warmup_steps, config.learning_rate_scale,
+                loss_scaling=config.mixed_precision == "float16")
+            # Built here, not lazily in the first step: a Keras 3 optimizer whose slots are
+            # created inside the step's tf.function fails ("You must feed a value for placeholder").
+            self.optimizer.build(self.model.trainable_variables)
+        self.train_step = TrainStep(
+            self.model, self.optimizer, self.strategy,
+            label_smoothing=model_config.label_smoothing, pad_id=model_config.pad_id,
+            accumulation_steps=config.accumulation_steps, jit_compile=config.jit_compile)
+        # Our own counter: with float16 loss scaling, skipped updates do not advance the
+        # optimizer's iterations, but they did consume data.
+        self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.checkpoint = model_checkpoint(self.model, optimizer=self.optimizer,
+                                           step=self.step_counter)
+        resolver = getattr(self.strategy, "cluster_resolver", None)
+        self.checkpointer = Checkpointer(
+            self.checkpoint, config.model_dir, every_steps=config.checkpoint_every_steps,
+            every_minutes=config.checkpoint_every_minutes, max_to_keep=config.keep_checkpoints,
+            chief=self.chief, worker_id=getattr(resolver, "task_id", 0) or 0)
+        self._stop_signal = None
+
+    @property
+    def step(self) -> int:
+        return int(self.step_counter.numpy())
+
+    def learning_rate(self) -> float:
+        """The learning rate of the next update (Eq. 3)."""
+        return float(self.optimizer.learning_rate)  # the schedule at the optimizer's iterations
+
+    def restore(self) -> Optional[str]:
+        """Restores the latest checkpoint of ``model_dir`` if there is one; returns its path."""
+        return self.checkpointer.restore_latest()
+
+    def _write_run_config(self):
+        path = os.path.join(self.config.model_dir, CONFIG_FILE)
+        if tf.io.gfile.exists(path) and tf.train.latest_checkpoint(self.config.model_dir):
+            previous = load_run_config(self.config.model_dir).get("model")
+            if previous != self.model_config.to_dict():
+                changed = sorted(k for k in self.model_config.to_dict()
+                                 if (previous or {}).get(k) != self.model_config.to_dict()[k])
+                raise ValueError(
+                    f"{self.config.model_dir} holds checkpoints of another model (differs in "
+                    f"{', '.join(changed)}); use another model_dir or the same model settings.")
+        if not self.chief:
+            return
+        tf.io.gfile.makedirs(self.config.model_dir)
+        _atomic_write_json(os.path.join(self.config.model_dir, CONFIG_FILE),
+                           {"model": self.model_config.to_dict(),
+                            "training": dataclasses.asdict(self.config), **self.run_info})
+
+    def _on_sigterm(self, signum, frame):
+        self._stop_signal = signum
+
+    def fit(self, train_dataset_fn: Callable, dev_dataset_fn: Optional[Callable] = None,
+            callbacks: Sequence[Callback] = ()) -> dict:
+        """Trains; returns the summary (also written to ``model_dir/summary.json`` by the chief).
+
+        Raises ``NonFiniteLossError`` if the loss becomes NaN/Inf (no checkpoint is written
+        after that point, so the latest checkpoint is the last good one).
+        """
+        config = self.config
+        for callback in callbacks:
+            callback.trainer = self
+        self._write_run_config()
+        restored = self.restore()
+        start_step = self.step
+        skip_steps = start_step if config.resume_data == "skip" else 0
+
+        def repeated(context):
+            dataset = train_dataset_fn(context).repeat()
+            # One input pipeline feeds all replicas of its worker, k micro-batches each per step.
+            replicas = context.num_replicas_in_sync // context.num_input_pipelines
+            skip = skip_steps * config.accumulation_steps * replicas
+            return dataset.skip(skip) if skip else dataset
+
+        iterator = iter(self.strategy.distribute_datasets_from_function(repeated))
+        dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
+                    if dev_dataset_fn else None)
+
+        previous_handler = None
+        try:
+            previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # not the main thread: no preemption handling
+            pass
+        try:
+            return self._loop(iterator, dev_data, callbacks, start_step, restored)
+        finally:
+            if previous_handler is not None:
+                signal.signal(signal.SIGTERM, previous_handler)
+
+    def _loop(self, iterator, dev_data, callbacks, start_step, restored):
+        config = self.config
+        started = time.monotonic()
+        budget = 60.0 * config.train_minutes if config.train_minutes else None
+        interval = _Interval(time.monotonic())
+        totals = dict(source_tokens=0.0, target_tokens=0.0)
+        last = {}
+        dev_logs = {}
+        stop_reason = None
+        saved_step = start_step if restored else None
+        step = start_step
+        while True:
+            if config.train_steps is not None and step >= config.train_steps:
+                stop_reason = "train_steps"
+                break
+            out_of_time = budget is not None and time.monotonic() - started >= budget
+            flags = [float(bool(self._stop_signal) or out_of_time),
+                     float(self.checkpointer.due(step + 1))]
+            stats = {k: v.numpy() for k, v in self.train_step.step(iterator, flags).items()}
+            step += 1
+            self.step_counter.assign(step)
+            loss = float(stats["loss_sum"]) / max(float(stats["target_tokens"]), 1.0)
+            if not math.isfinite(loss):
+                raise NonFiniteLossError(
+                    f"The training loss became {loss} at step {step} (learning rate "
+                    f"{self.learning_rate():.3g}). Training stopped; the last good checkpoint is "
+                    f"{self.checkpointer.latest or 'none (nothing was saved yet)'} and was not "
+                    "overwritten. Lower --learning_rate_scale, raise --warmup_steps, or use "
+                    "float32/bfloat16 instead of float16.")
+            interval.add(stats)
+            totals["source_tokens"] += float(stats["source_tokens"])
+            totals["target_tokens"] += float(stats["target_tokens"])
+            stop, save_due = (bool(f > 0) for f in stats["flags"])
+            is_last = stop or step == config.train_steps
+            if step % config.log_every_steps == 0 or is_last:
+                last = interval.logs(time.monotonic())
+                last["learning_rate"] = self.learning_rate()
+                elapsed = time.monotonic() - started
+                last["elapsed_seconds"] = elapsed
+                last["remaining_seconds"] = self._remaining(step, start_step, elapsed, budget)
+                for callback in callbacks:
+                    callback.on_log(step, last)
+                interval = _Interval(time.monotonic())
+            if dev_data is not None and config.dev_every_steps and (
+                    step % config.dev_every_steps == 0):
+                dev_logs = self._evaluate(dev_data, step, callbacks)
+                interval.started = time.monotonic()
+            if stop:
+                stop_reason = ("sigterm" if self._stop_signal else
+                               "train_minutes" if out_of_time else "peer_stopped")
+                break
+            if save_due:
+                self.checkpointer.save(step)
+                saved_step = step
+        if saved_step != step:
+            self.checkpointer.save(step)
+        wall = time.monotonic() - started
+        if dev_data is not None and stop_reason != "sigterm" and dev_logs.get("step") != step:
+            dev_logs = self._evaluate(dev_data, step, callbacks)
+        averaged = None
+        if config.average_last and self.chief and stop_reason != "sigterm":
+            averaged = self.average_last(config.average_last)
+        summary = {
+            "start_step": start_step, "steps": step, "steps_this_run": step - start_step,
+            "stop_reason": stop_reason, "wall_seconds": wall,
+            "source_tokens": totals["source_tokens"], "target_tokens": totals["target_tokens"],
+            "tokens_per_second": sum(totals.values()) / max(wall, 1e-9),
+            "final_train_loss": last.get("loss"), "final_train_accuracy": last.get("accuracy"),
+            "final_learning_rate": self.learning_rate(),
+            "final_dev_loss": dev_logs.get("loss"), "final_dev_accuracy": dev_logs.get("accuracy"),
+            "resumed_from": restored, "latest_checkpoint": self.checkpointer.latest,
+            "averaged_checkpoint": averaged,
+            "num_replicas": self.strategy.num_replicas_in_sync,
+        }
+        if self.chief:
+            _atomic_write_json(os.path.join(config.model_dir, SUMMARY_FILE), summary)
+        for callback in callbacks:
+            callback.on_end(summary)
+        return summary
+
+    def _remaining(self, step, start_step, elapsed, budget):
+        candidates = []
+        if self.config.train_steps is not None and step > start_step:
+            candidates.append((self.config.train_steps - step) * elapsed / (step - start_step))
+        if budget is not None:
+            candidates.append(max(budget - elapsed, 0.0))
+        return min(candidates) if candidates else None
+
+    def _evaluate(self, dev_data, step, callbacks):
+        logs = self.train_step.evaluate(dev_data)
+        logs["step"] = step
+        for callback in callbacks:
+            callback.on_dev(step, logs)
+        return logs
+
+    def average_last(self, count: int) -> str:
+        """Averages the last ``count`` checkpoints of ``model_dir`` into ``model_dir/averaged/ckpt``
+        (section 6.1). The in-memory model then holds the averaged weights."""
+        paths = checkpoint_paths(self.config.model_dir)[-count:]
+        return write_averaged_checkpoint(
+            self.model, paths, os.path.join(self.config.model_dir, AVERAGED_PREFIX))
+
+
+class _Interval:
+    """Sums of one logging interval."""
+
+    def __init__(self, started):
+        self.started = started
+        self.sums = {}
+        self.steps = 0
+
+    def add(self, stats):
+        self.steps += 1
+        for name, value in stats.items():
+            if name != "flags":
+                self.sums[name] = self.sums.get(name, 0.0) + float(value)
+
+    def logs(self, now):
+        s = self.sums
+        tokens = s["target_tokens"]
+        real = s["source_tokens"] + tokens
+        positions = s["source_positions"] + s["target_positions"]
+        return {
+            "loss": s["loss_sum"] / max(tokens, 1.0),
+            "accuracy": s["correct"] / max(tokens, 1.0),
+            "tokens_per_second": real / max(now - self.started, 1e-9),
+            "padding_fraction": 1.0 - real / max(positions, 1.0),
+            "steps_in_interval": self.steps,
+        }

@@ -1,0 +1,90 @@
+"""Label-smoothed cross-entropy (section 5.4) against independent computations."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.training.loss import (LabelSmoothedCrossEntropy,
+                                             label_smoothed_cross_entropy, token_accuracy_counts)
+
+
+def numpy_reference(labels, logits, eps, pad_id=0):
+    """Szegedy et al.: q' = (1 - eps) onehot + eps / K; loss = -sum_k q'(k) log p(k)."""
+    k = logits.shape[-1]
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    total, count = 0.0, 0
+    for b in range(labels.shape[0]):
+        for t in range(labels.shape[1]):
+            if labels[b, t] == pad_id:
+                continue
+            q = np.full(k, eps / k)
+            q[labels[b, t]] += 1.0 - eps
+            total += -(q * log_p[b, t]).sum()
+            count += 1
+    return total, count
+
+
+@pytest.fixture(scope="module")
+def batch():
+    rng = np.random.default_rng(3)
+    logits = rng.normal(scale=3.0, size=(3, 5, 11)).astype(np.float32)
+    labels = rng.integers(1, 11, size=(3, 5)).astype(np.int32)
+    labels[0, 3:] = 0
+    labels[2, 1:] = 0
+    return labels, logits
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
+def test_matches_numpy(batch, eps):
+    labels, logits = batch
+    loss_sum, tokens = label_smoothed_cross_entropy(labels, logits, eps)
+    want_sum, want_count = numpy_reference(labels.astype(np.int64), logits.astype(np.float64), eps)
+    assert float(tokens) == want_count == 9
+    assert float(loss_sum) == pytest.approx(want_sum, rel=1e-5)
+
+
+def test_matches_keras_categorical_crossentropy(batch):
+    labels, logits = batch
+    mask = labels != 0
+    keras_loss = keras.losses.CategoricalCrossentropy(
+        from_logits=True, label_smoothing=0.1, reduction="sum")
+    want = keras_loss(tf.one_hot(labels[mask], 11), logits[mask])
+    got, _ = label_smoothed_cross_entropy(labels, logits, 0.1)
+    assert float(got) == pytest.approx(float(want), rel=1e-5)
+
+
+def test_padding_positions_do_not_count(batch):
+    labels, logits = batch
+    changed = logits.copy()
+    changed[labels == 0] = 1e4  # garbage where the target is padding
+    a = label_smoothed_cross_entropy(labels, logits, 0.1)
+    b = label_smoothed_cross_entropy(labels, changed, 0.1)
+    assert float(a[0]) == pytest.approx(float(b[0]))
+
+
+def test_bfloat16_logits_are_computed_in_float32(batch):
+    labels, logits = batch
+    loss_sum, _ = label_smoothed_cross_entropy(labels, tf.cast(logits, tf.bfloat16), 0.1)
+    assert loss_sum.dtype == tf.float32
+    rounded = tf.cast(tf.cast(logits, tf.bfloat16), tf.float64).numpy()
+    want, _ = numpy_reference(labels, rounded, 0.1)
+    assert float(loss_sum) == pytest.approx(want, rel=1e-4)
+
+
+def test_token_accuracy(batch):
+    labels, logits = batch
+    correct, tokens = token_accuracy_counts(labels, logits)
+    mask = labels != 0
+    assert float(correct) == ((logits.argmax(-1) == labels) & mask).sum()
+    assert float(tokens) == mask.sum()
+
+
+def test_keras_loss_is_the_token_mean(batch):
+    labels, logits = batch
+    want_sum, want_count = numpy_reference(labels, logits.astype(np.float64), 0.1)
+    loss = LabelSmoothedCrossEntropy(label_smoothing=0.1)
+    assert float(loss(labels, logits)) == pytest.approx(want_sum / want_count, rel=1e-5)
+    restored = LabelSmoothedCrossEntropy.from_config(loss.get_config())
+    assert restored.label_smoothing == 0.1 and restored.pad_id == 0

@@ -1,0 +1,396 @@
+"""Training (sections 5.2-5.4, 6.1): one step under every strategy, accumulation, checkpoints,
+averaging, preemption, NaN handling, mixed precision and XLA, and learning a toy task.
+
+Things that need a fresh TensorFlow or several processes run tests/training_subprocess.py.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.training import (Callback, NonFiniteLossError, TensorBoard, Trainer,
+                                        TrainingConfig, TrainStep, checkpoint_paths,
+                                        restore_model)
+from keras_transformer.training.toy import toy_batch, toy_dataset_fn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CHILD = os.path.join(HERE, "training_subprocess.py")
+TINY = kt.TransformerConfig.from_preset("tiny", vocab_size=16)
+
+
+def child_env(**extra):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT, **extra)
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def start_child(*args, **env):
+    return subprocess.Popen([sys.executable, CHILD, *map(str, args)], env=child_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process, timeout=240):
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-3000:]
+
+
+def read_json(path):
+    with open(path) as stream:
+        return json.load(stream)
+
+
+class Recorder(Callback):
+    def __init__(self, action=None):
+        self.losses, self.steps, self.dev, self.action = [], [], [], action
+
+    def on_log(self, step, logs):
+        self.losses.append(logs["loss"])
+        self.steps.append(step)
+        if self.action:
+            self.action(step)
+
+    def on_dev(self, step, logs):
+        self.dev.append(logs)
+
+
+def fixed_batch_fn(context=None):
+    """The same batch again and again: the loss must go down."""
+    return tf.data.Dataset.from_tensors(toy_batch(0, task="reverse", vocab_size=16, batch_size=16,
+                                                  min_length=2, max_length=6)).repeat()
+
+
+def config(model_dir, **overrides):
+    values = dict(model_dir=str(model_dir), train_steps=6, warmup_steps=4, log_every_steps=1,
+                  checkpoint_every_minutes=None)
+    values.update(overrides)
+    return TrainingConfig(**values)
+
+
+# --- one step on several devices / several micro-batches ---------------------------------------
+
+def test_mirrored_two_devices_equals_one_device(tmp_path):
+    """MirroredStrategy over 2 logical CPUs vs one device on the same global batch, whose halves
+    hold very different numbers of real tokens (a per-replica mean would differ)."""
+    out = tmp_path / "mirrored.json"
+    finish(start_child("mirrored", out))
+    result = read_json(out)
+    assert result["replicas"] == 2
+    one, two = result["sgd_losses"]
+    np.testing.assert_allclose(one, two, rtol=1e-5)
+    assert result["sgd_weight_change"] > 1e-2  # the update is not trivially small...
+    assert result["sgd_weight_diff"] < 1e-5  # ...and the same on 1 and 2 devices
+    # XLA-compiled per-replica forward+backward under MirroredStrategy: same losses.
+    np.testing.assert_allclose(result["jit_mirrored_losses"], one, rtol=1e-4)
+    # model.fit with the compiled LabelSmoothedCrossEntropy: the same update as the custom loop,
+    # on one device and on two.
+    assert result["fit_vs_custom_loop_diff"] < 1e-5
+    assert result["fit_mirrored_vs_one_diff"] < 1e-5
+
+
+def _build(optimizer):
+    keras.utils.set_random_seed(5)
+    model = kt.Transformer(TINY)
+    model((tf.ones([1, 2], tf.int32),) * 2)
+    optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_accumulating_two_batches_equals_one_double_batch():
+    (source, _), target = toy_batch(0, task="copy", vocab_size=16, batch_size=8, min_length=1,
+                                    max_length=6)
+    # Uneven halves: the first one's targets are mostly padding, so a mean per micro-batch
+    # would weight its tokens about 3x more than the second half's.
+    target = target.numpy()
+    target[:4, 1:] = 0
+    target[4:, :] = np.where(target[4:] == 0, 5, target[4:])
+    target_in = np.concatenate([np.full((8, 1), 2, np.int32), target[:, :-1]], 1)
+    batch = ((source, tf.constant(target_in)), tf.constant(target))
+    halves = tuple(((source[i:i + 4], batch[0][1][i:i + 4]), batch[1][i:i + 4]) for i in (0, 4))
+
+    optimizer_big, optimizer_acc = keras.optimizers.SGD(0.5), keras.optimizers.SGD(0.5)
+    big, acc = _build(optimizer_big), _build(optimizer_acc)
+    big_step = TrainStep(big, optimizer_big, accumulation_steps=1)
+    acc_step = TrainStep(acc, optimizer_acc, accumulation_steps=2)
+    for _ in range(2):
+        big_stats = big_step.step_on_batches((batch,))
+        acc_stats = acc_step.step_on_batches(halves)
+    assert float(big_stats["target_tokens"]) == float(acc_stats["target_tokens"]) == 4 + 4 * 7
+    assert float(big_stats["loss_sum"]) == pytest.approx(float(acc_stats["loss_sum"]), rel=1e-5)
+    assert int(optimizer_acc.iterations) == 2  # one update per accumulated step
+    for a, b in zip(big.trainable_variables, acc.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=2e-6)
+    initial = _build(keras.optimizers.SGD(0.5))
+    moved = max(np.abs(a.numpy() - b.numpy()).max()
+                for a, b in zip(big.trainable_variables, initial.trainable_variables))
+    assert moved > 1e-2
+
+
+# --- learning, progress, summaries -------------------------------------------------------------
+
+def test_tiny_preset_learns_to_reverse_sequences(tmp_path):
+    keras.utils.set_random_seed(0)
+    dataset = dict(task="reverse", vocab_size=16, global_batch_size=64, max_length=6)
+    recorder = Recorder()
+    trainer = Trainer(TINY, config(tmp_path, train_steps=500, warmup_steps=100,
+                                   log_every_steps=50))
+    summary = trainer.fit(toy_dataset_fn(**dataset),
+                          lambda ctx: toy_dataset_fn(seed=99, **dataset)(ctx).take(4),
+                          callbacks=[recorder, TensorBoard(str(tmp_path))])
+    # Token accuracy on unseen sequences (~98% after 500 steps for seeds 0-2; chance is 1/12).
+    assert summary["final_dev_accuracy"] >= 0.95, summary
+    assert recorder.losses[-1] < recorder.losses[0] / 2
+    assert summary["steps"] == 500 and summary["stop_reason"] == "train_steps"
+    written = read_json(tmp_path / "summary.json")
+    assert written["final_dev_accuracy"] == summary["final_dev_accuracy"]
+    assert summary["source_tokens"] > 0 and summary["tokens_per_second"] > 0
+    # TensorBoard scalars, readable without the tensorboard package.
+    tags = set()
+    for name in os.listdir(tmp_path / "train"):
+        for event in tf.compat.v1.train.summary_iterator(str(tmp_path / "train" / name)):
+            tags.update(value.tag for value in event.summary.value)
+    assert {"loss", "learning_rate", "tokens_per_second", "padding_fraction"} <= tags
+    assert os.listdir(tmp_path / "dev")
+
+
+@pytest.mark.parametrize("jit_compile,precision", [
+    (True, "float32"), (False, "bfloat16"), (True, "bfloat16"), (False, "float16")])
+def test_xla_and_mixed_precision_train(tmp_path, jit_compile, precision):
+    recorder = Recorder()
+    trainer = Trainer(TINY, config(tmp_path, jit_compile=jit_compile, mixed_precision=precision,
+                                   train_steps=8))
+    trainer.fit(fixed_batch_fn, callbacks=[recorder])
+    assert all(np.isfinite(recorder.losses)), recorder.losses
+    assert recorder.losses[-1] < recorder.losses[0] - 0.2, recorder.losses
+    expected = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}[precision]
+    assert trainer.model.compute_dtype == expected
+    assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer) == (
+        precision == "float16")
+
+
+def test_progress_line_shows_step_loss_rate_speed_and_time_left():
+    from keras_transformer.training import ProgressLine
+
+    lines = []
+    ProgressLine(lines.append, total_steps=100).on_log(40, dict(
+        loss=4.5, accuracy=0.25, learning_rate=7e-4, tokens_per_second=12345.6,
+        padding_fraction=0.08, elapsed_seconds=3600.0, remaining_seconds=5400.0))
+    assert lines == ["step 40/100 | loss 4.5000 | acc 0.250 | lr 7.00e-04 | 12,346 tok/s | "
+                     "pad 8.0% | 1:00:00 elapsed, 1:30:00 left"]
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+def test_average_of_three_checkpoints_is_the_elementwise_mean(tmp_path):
+    trainer = Trainer(TINY, config(tmp_path, train_steps=3, checkpoint_every_steps=1,
+                                   average_last=3, keep_checkpoints=3))
+    summary = trainer.fit(fixed_batch_fn)
+    paths = checkpoint_paths(str(tmp_path))
+    assert [os.path.basename(p) for p in paths] == ["ckpt-1", "ckpt-2", "ckpt-3"]
+
+    def weights_of(path):
+        model = _build(keras.optimizers.SGD())
+        restore_model(model, path)
+        return [v.numpy() for v in model.trainable_variables]
+
+    each = [weights_of(p) for p in paths]
+    averaged = weights_of(summary["averaged_checkpoint"])
+    changed = 0
+    for index, value in enumerate(averaged):
+        values = [w[index] for w in each]
+        np.testing.assert_allclose(value, np.mean(values, axis=0), rtol=1e-6, atol=1e-7)
+        changed += not np.allclose(values[0], values[-1])
+    assert changed > len(averaged) // 2  # the checkpoints differ: the mean is not trivial
+    # The averaging command gives the same average.
+    from trainers.average_checkpoints import average
+    output = average(str(tmp_path), last=3, output=str(tmp_path / "cmd" / "avg"))
+    for a, b in zip(weights_of(output), averaged):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_sigterm_saves_and_resume_continues(tmp_path):
+    def preempt(step):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    first = Trainer(TINY, config(tmp_path, train_steps=50))
+    summary = first.fit(fixed_batch_fn, callbacks=[Recorder(preempt)])
+    assert summary["stop_reason"] == "sigterm"
+    assert summary["steps"] == 4  # the step in flight finishes, then a checkpoint is written
+    assert os.path.basename(summary["latest_checkpoint"]) == "ckpt-4"
+    learning_rate = first.learning_rate()
+    moments = [v.numpy() for v in first.optimizer.variables]
+
+    second = Trainer(TINY, config(tmp_path, train_steps=6))
+    assert second.restore().endswith("ckpt-4")
+    assert second.step == 4 and int(second.optimizer.iterations) == 4
+    assert second.learning_rate() == pytest.approx(learning_rate)
+    for a, b in zip(moments, second.optimizer.variables):
+        np.testing.assert_array_equal(a, b.numpy())
+    resumed = second.fit(fixed_batch_fn)
+    assert resumed["start_step"] == 4 and resumed["steps"] == 6
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    # An absurd learning rate: step 1 is finite, its update overflows the weights.
+    trainer = Trainer(TINY, config(tmp_path, train_steps=8, checkpoint_every_steps=1,
+                                   learning_rate_scale=1e30))
+    with pytest.raises(NonFiniteLossError, match=r"at step 2 .*ckpt-1 and was not overwritten"):
+        trainer.fit(fixed_batch_fn)
+    assert [os.path.basename(p) for p in checkpoint_paths(str(tmp_path))] == ["ckpt-1"]
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-1"))
+    for key in reader.get_variable_to_shape_map():
+        value = reader.get_tensor(key)
+        if np.issubdtype(np.asarray(value).dtype, np.floating):
+            assert np.all(np.isfinite(value)), key
+
+
+def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path):
+    killed_dir, reference_dir = tmp_path / "killed", tmp_path / "reference"
+    reference = start_child("train", tmp_path / "reference.json", reference_dir, 30)
+    victim = start_child("train", tmp_path / "victim.json", killed_dir, 1000,
+                         "--checkpoint_every_steps=5", "--sleep=0.05")
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and victim.poll() is None:
+        paths = checkpoint_paths(str(killed_dir)) if (killed_dir / "checkpoint").exists() else []
+        if paths and int(paths[-1].rsplit("-", 1)[1]) >= 10:
+            break
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate()
+    latest = tf.train.latest_checkpoint(str(killed_dir))
+    saved_step = int(latest.rsplit("-", 1)[1])
+    assert 10 <= saved_step < 30
+    finish(start_child("train", tmp_path / "resumed.json", killed_dir, 30,
+                       "--checkpoint_every_steps=5"))
+    finish(reference)
+    resumed, uninterrupted = read_json(tmp_path / "resumed.json"), read_json(
+        tmp_path / "reference.json")
+    assert resumed["start_step"] == saved_step and resumed["steps"] == 30
+    assert resumed["resumed_from"] == latest
+    with np.load(resumed["weights_file"]) as a, np.load(uninterrupted["weights_file"]) as b:
+        for name in a.files:
+            np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6)
+
+
+def _free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_multi_worker_mirrored_two_processes_agree(tmp_path):
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    processes = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": {"worker": workers},
+                                "task": {"type": "worker", "index": index}})
+        processes.append(start_child("train", tmp_path / f"worker{index}.json",
+                                     tmp_path / "model", 4, "--strategy=multi_worker_mirrored",
+                                     TF_CONFIG=tf_config))
+    for process in processes:
+        finish(process)
+    first, second = (read_json(tmp_path / f"worker{i}.json") for i in range(2))
+    assert first["num_replicas"] == second["num_replicas"] == 2
+    assert first["steps"] == second["steps"] == 4
+    assert first["final_train_loss"] == pytest.approx(second["final_train_loss"], rel=1e-6)
+    assert first["weight_sum"] == pytest.approx(second["weight_sum"], rel=1e-6)
+    # Only the chief's checkpoint remains; the other worker's scratch copy is gone.
+    assert tf.train.latest_checkpoint(str(tmp_path / "model")).endswith("ckpt-4")
+    assert not [n for n in os.listdir(tmp_path / "model") if n.startswith(".worker")]
+
+
+# --- configuration errors and the command ------------------------------------------------------
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(accumulation_steps=0), "accumulation_steps"),
+    (dict(train_steps=None, train_minutes=None), "train_steps or train_minutes"),
+    (dict(mixed_precision="float8"), "mixed_precision"),
+    (dict(average_last=30, keep_checkpoints=5), "average_last"),
+    (dict(checkpoint_every_minutes=-1.0), "checkpoint_every_minutes"),
+])
+def test_bad_training_config_is_a_clear_error(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config(tmp_path, **overrides)
+
+
+def test_wmt_rejects_bad_flags_at_start():
+    result = subprocess.run(
+        [sys.executable, "-m", "trainers.wmt", "--accumulation_steps=0"], cwd=ROOT,
+        env=child_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "--accumulation_steps must be positive" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
+    """The user's command end to end on tiny TSV files: vocabulary, 2 mirrored logical CPUs,
+    progress lines, checkpoints, averaging, summary."""
+    words = ["the", "house", "is", "small", "big", "a", "cat", "dog", "sees", "red", "old", "tree"]
+    german = ["das", "Haus", "ist", "klein", "groß", "eine", "Katze", "Hund", "sieht", "rot",
+              "alt", "Baum"]
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 300), ("dev", 16)):
+        with open(tmp_path / f"{split}.tsv", "w") as stream:
+            for _ in range(count):
+                ids = rng.integers(0, len(words), size=rng.integers(2, 7))
+                stream.write(" ".join(words[i] for i in ids) + "\t"
+                             + " ".join(german[i] for i in ids) + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "trainers.wmt", "--preset=tiny", "--dataset=files",
+         f"--train_data={tmp_path / 'train.tsv'}", f"--dev_data={tmp_path / 'dev.tsv'}",
+         f"--data_dir={tmp_path / 'data'}", "--vocab_size=296", "--max_length=16",
+         "--token_budget=256", "--strategy=mirrored", "--num_cpu_devices=2", "--train_steps=6",
+         "--log_every_steps=3", "--checkpoint_every_steps=2", "--average_last=2",
+         "--dev_every_steps=0", f"--model_dir={tmp_path / 'run'}"],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "step 3/6 | loss" in result.stdout and "tok/s" in result.stdout
+    summary = read_json(tmp_path / "run" / "summary.json")
+    assert summary["steps"] == 6 and summary["num_replicas"] == 2
+    assert np.isfinite(summary["final_dev_loss"])
+    assert summary["averaged_checkpoint"].endswith(os.path.join("averaged", "ckpt"))
+    assert [os.path.basename(p) for p in checkpoint_paths(str(tmp_path / "run"))][-3:] == [
+        "ckpt-2", "ckpt-4", "ckpt-6"]
+    run = read_json(tmp_path / "run" / "config.json")
+    assert run["model"]["num_layers"] == 2 and run["training"]["train_steps"] == 6
+    assert (tmp_path / "run" / "vocab.model").exists()
+
+
+def test_resuming_with_another_model_is_a_clear_error(tmp_path):
+    Trainer(TINY, config(tmp_path, train_steps=1)).fit(fixed_batch_fn)
+    other = kt.TransformerConfig.from_preset("tiny", vocab_size=16, d_ff=48)
+    with pytest.raises(ValueError, match="another model .*d_ff"):
+        Trainer(other, config(tmp_path, train_steps=2)).fit(fixed_batch_fn)
+
+
+def test_throughput_benchmark_smoke(tmp_path):
+    output = tmp_path / "throughput.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "training_throughput.py"), "--smoke",
+         f"--output={output}"], cwd=ROOT, env=child_env(), capture_output=True, text=True,
+        timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_json(output)["rows"]
+    assert [(r["preset"], r["xla"]) for r in rows] == [("tiny", False), ("tiny", True)]
+    for row in rows:
+        assert row["tokens_per_second"] > 0 and 0 < row["fraction_of_matmul_peak"] < 5
+        # 8 sentences x 8 tokens per side, none of them padding.
+        assert row["source_tokens_per_step"] == row["target_tokens_per_step"] == 64
+        assert row["model_flops_per_step"] > 6 * 64 * row["parameters"] / 2
+    assert "| tiny | on |" in result.stdout

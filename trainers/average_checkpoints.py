@@ -1,0 +1,54 @@
+"""Averages the last N checkpoints of a training run (section 6.1: the base models average
+the last 5 checkpoints, written at 10-minute intervals; the big models the last 20).
+
+    python -m trainers.average_checkpoints --model_dir=runs/base --last=5
+    python -m trainers.average_checkpoints --checkpoints=runs/base/ckpt-90000,runs/base/ckpt-95000
+
+Writes MODEL_DIR/averaged/ckpt (or --output): the model variables only, loadable with
+``tf.train.Checkpoint(model=model).read(path)``.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model_dir", None, "The --model_dir of a training run (holds config.json).")
+flags.DEFINE_integer("last", 5, "Average this many of the latest checkpoints (5 base, 20 big).")
+flags.DEFINE_list("checkpoints", None, "Explicit checkpoint prefixes instead of --last.")
+flags.DEFINE_string("output", None, "Output prefix (default MODEL_DIR/averaged/ckpt).")
+flags.mark_flag_as_required("model_dir")
+flags.register_validator("last", lambda v: v > 0, "--last must be positive.")
+
+
+def average(model_dir: str, last: int = 5, checkpoints=None, output=None) -> str:
+    """Averages ``checkpoints`` (default: the ``last`` newest of ``model_dir``) into ``output``."""
+    import keras_transformer as kt
+    from keras_transformer.training import (build_model, checkpoint_paths, load_run_config,
+                                            write_averaged_checkpoint)
+
+    run = load_run_config(model_dir)
+    paths = list(checkpoints) if checkpoints else checkpoint_paths(model_dir)[-last:]
+    if not paths:
+        raise ValueError(f"No checkpoints in {model_dir!r}.")
+    if not checkpoints and len(paths) < last:
+        raise ValueError(f"--last={last} but {model_dir!r} holds only {len(paths)} checkpoints "
+                         f"({', '.join(os.path.basename(p) for p in paths)}).")
+    model = build_model(kt.TransformerConfig.from_dict(run["model"]))
+    output = output or os.path.join(model_dir, "averaged", "ckpt")
+    return write_averaged_checkpoint(model, paths, output)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        path = average(FLAGS.model_dir, FLAGS.last, FLAGS.checkpoints, FLAGS.output)
+    except ValueError as error:
+        sys.exit(f"average_checkpoints: error: {error}")
+    print(f"average_checkpoints: wrote {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)

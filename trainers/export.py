@@ -1,0 +1,148 @@
+"""Exports a training run for serving (``keras_transformer.export``).
+
+    python -m trainers.export --model_dir=runs/small --export_dir=saved_models --name=small
+    python -m trainers.export --model_dir=runs/base --checkpoint=averaged --beam_size=4 --alpha=0.6
+
+--format=saved_model writes two SavedModels with one version number (default: the next free one):
+EXPORT_DIR/NAME/VERSION with the text signature ``serving_default`` (strings in, strings out; the
+server needs the tf-text ops) and ``translate_ids`` (token ids, core ops only), and
+EXPORT_DIR/NAME_ids/VERSION with only the ids signature, for servers without the tf-text ops. The
+beam settings are baked into the graphs. Prints the paths, a ``tensorflow_model_server`` command
+line and a ``curl`` request for them.
+
+--format=ctranslate2 (needs the optional extra: pip install 'keras-transformer[ctranslate2]') writes
+EXPORT_DIR/NAME_ctranslate2/VERSION, a CTranslate2 model folder (C++ CPU/GPU inference engine) with
+the SentencePiece model ``vocab.model`` beside it (--quantization=int8 etc. for smaller weights), and
+prints the Python lines that translate with it.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+
+flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
+flags.DEFINE_string("checkpoint", None,
+                    "'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix (e.g. "
+                    "runs/small/ckpt-1000) or a folder; default the latest checkpoint.")
+flags.DEFINE_string("vocab_path", None, "The SentencePiece vocabulary, if not the one the run recorded.")
+flags.DEFINE_string("export_dir", "saved_models", "Where the exported models go.")
+flags.DEFINE_string("name", None, "Model name (folder under --export_dir; TF Serving's model name). "
+                    "Default: the name of --model_dir.")
+flags.DEFINE_integer("version", None, "Version folder number (default: the next free one).",
+                     lower_bound=1)
+flags.DEFINE_string("format", "saved_model", "Export format (keras_transformer.export.EXPORTERS).")
+flags.DEFINE_integer("beam_size", 4, "Beam size baked into the export (section 6.1: 4).", lower_bound=1)
+flags.DEFINE_float("alpha", 0.6, "Length penalty alpha baked into the export (section 6.1: 0.6).")
+flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).",
+                     lower_bound=1)
+flags.DEFINE_integer("rest_api_port", 8501, "Port used in the printed serving commands.")
+flags.DEFINE_string("quantization", None, "--format=ctranslate2 only: CTranslate2 weight type (int8, "
+                    "int8_float32, int16, float16, bfloat16, ...); default float32 as trained.")
+flags.mark_flag_as_required("model_dir")
+
+FLAGS = flags.FLAGS
+
+
+def fail(message):
+    sys.exit(f"export: {message}")
+
+
+def check_export_dir(name):
+    """Fails early (before loading anything) on an unwritable --export_dir or an existing version."""
+    try:
+        os.makedirs(FLAGS.export_dir, exist_ok=True)
+    except OSError as error:
+        fail(f"cannot create --export_dir={FLAGS.export_dir}: {error.strerror}")
+    if not os.access(FLAGS.export_dir, os.W_OK | os.X_OK):
+        fail(f"--export_dir={FLAGS.export_dir} is not writable.")
+    if FLAGS.version is not None:
+        folders = [f"{name}_ctranslate2"] if FLAGS.format == "ctranslate2" else [name, f"{name}_ids"]
+        for folder in folders:
+            target = os.path.join(FLAGS.export_dir, folder, str(FLAGS.version))
+            if os.path.exists(target):
+                fail(f"{target} exists already: pass another --version, or none for the next free one.")
+
+
+def serving_help(paths, name, sample_ids):
+    """The tensorflow_model_server command line and curl requests for the written models."""
+    port = FLAGS.rest_api_port
+    lines = []
+    for path in paths:
+        base = os.path.abspath(os.path.dirname(path))
+        model = os.path.basename(base)
+        ids_only = model.endswith("_ids") and model != name
+        body = ({"signature_name": "translate_ids", "instances": sample_ids} if ids_only else
+                {"signature_name": "serving_default", "instances": ["Good morning.", "Thank you!"]})
+        kind = ("token ids in and out (core TensorFlow ops only)" if ids_only else
+                "text in and out (the server needs the tf-text ops)")
+        lines += [
+            f"# {model}: {kind}",
+            f"tensorflow_model_server --rest_api_port={port} --model_name={model} "
+            f"--model_base_path={base}",
+            f"curl -s -X POST http://localhost:{port}/v1/models/{model}:predict "
+            f"-d '{json.dumps(body)}'",
+        ]
+    return "\n".join(lines)
+
+
+def ctranslate2_help(path, decoding):
+    """Python lines translating with the CTranslate2 export. CTranslate2's length penalty divides by
+    length ** alpha, not GNMT's ((5 + length) / 6) ** alpha, so scores differ a little from ours."""
+    path = os.path.abspath(path)
+    return "\n".join([
+        "import ctranslate2, sentencepiece",
+        f"sp = sentencepiece.SentencePieceProcessor(model_file={os.path.join(path, 'vocab.model')!r})",
+        f"translator = ctranslate2.Translator({path!r}, device='cpu')",
+        "pieces = sp.encode(['Good morning.', 'Thank you!'], out_type=str)",
+        f"results = translator.translate_batch(pieces, beam_size={decoding.beam_size}, "
+        f"length_penalty={decoding.alpha}, suppress_sequences=[['<pad>'], ['<s>']],",
+        f"                                     max_decoding_length=max(map(len, pieces)) + "
+        f"{decoding.extra_length + 1})",
+        "print([sp.decode(r.hypotheses[0]) for r in results])",
+    ])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)  # not the SavedModel writer's INFO lines
+    if not os.path.isfile(os.path.join(FLAGS.model_dir, "config.json")):
+        fail(f"--model_dir={FLAGS.model_dir}: {os.path.join(FLAGS.model_dir, 'config.json')} not found; "
+             "not the model_dir of a training run.")
+    name = FLAGS.name or os.path.basename(os.path.normpath(os.path.abspath(FLAGS.model_dir)))
+    if not name or os.sep in name or name in (".", ".."):
+        raise app.UsageError(f"--name={name!r} must be a plain folder name.")
+
+    check_export_dir(name)
+
+    from keras_transformer import export, inference
+
+    if FLAGS.format not in export.EXPORTERS:
+        raise app.UsageError(f"--format={FLAGS.format}: choose one of {', '.join(sorted(export.EXPORTERS))}.")
+    try:
+        config = inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
+                                          extra_length=FLAGS.extra_length)
+        translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
+                                               FLAGS.vocab_path)
+        options = {"quantization": FLAGS.quantization} if FLAGS.format == "ctranslate2" else {}
+        written = export.EXPORTERS[FLAGS.format](translator, FLAGS.export_dir, name,
+                                                 version=FLAGS.version, **options)
+    except ValueError as error:
+        fail(error)
+    paths = [written] if isinstance(written, str) else list(written)
+    for path in paths:
+        print(path)
+    if FLAGS.format == "ctranslate2":
+        print("\nTranslate with it (pip install ctranslate2 sentencepiece):\n"
+              + ctranslate2_help(paths[0], translator.decoding))
+    if FLAGS.format == "saved_model":
+        sample_ids, _, _ = translator.source_ids(["Good morning."])
+        print("\nServe it (TF Serving, REST on port "
+              f"{FLAGS.rest_api_port}) and ask for translations:\n"
+              + serving_help(paths, name, sample_ids.numpy().tolist()))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,204 @@
+"""Translates sentences with a trained model: from a training run's checkpoint or an exported SavedModel.
+
+    python -m trainers.translate --model_dir=runs/small --input=test.en --output=test.de
+    python -m trainers.translate --model_dir=runs/small --checkpoint=averaged --text="Good morning."
+    python -m trainers.translate --saved_model=saved_models/small < test.en > test.de
+    python -m trainers.translate --saved_model=saved_models/small/3 --text="Hello." --show_scores
+
+One output line per input line, in input order (sentences are batched by length, see
+``inference.translate_in_batches``); an empty or whitespace-only line gives an empty line. Input is
+read as bytes: invalid UTF-8 is replaced by U+FFFD, not fatal. An input longer than the model's
+``max_length`` subwords is cut to it and translated anyway; its line number goes to stderr.
+With --show_scores each line is ``SCORE<TAB>TRANSLATION`` (score = log P / length penalty).
+
+Beam size, alpha and the extra output length apply in checkpoint mode (--model_dir); an exported
+SavedModel has the settings it was exported with baked into its graph (see its assets/config.json).
+"""
+
+import os
+import sys
+import tempfile
+
+from absl import app, flags
+
+flags.DEFINE_string("saved_model", None,
+                    "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
+                    "folder (its highest numeric version is used). Beam settings are baked in.")
+flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
+flags.DEFINE_string("checkpoint", None,
+                    "With --model_dir: 'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix "
+                    "(e.g. runs/small/ckpt-1000) or a folder; default the latest checkpoint.")
+flags.DEFINE_string("vocab_path", None,
+                    "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
+flags.DEFINE_string("input", None, "File of sentences, one per line (default: --text, else stdin).")
+flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
+flags.DEFINE_string("output", None, "Output file (default stdout); written whole at the end.")
+flags.DEFINE_integer("batch_size", 32, "Sentences per batch (sorted by length).", lower_bound=1)
+flags.DEFINE_integer("beam_size", None, "Checkpoint mode only: beam size (default 4, section 6.1).",
+                     lower_bound=1)
+flags.DEFINE_float("alpha", None, "Checkpoint mode only: length penalty alpha (default 0.6).")
+flags.DEFINE_integer("extra_length", None,
+                     "Checkpoint mode only: output up to input length + this (default 50).",
+                     lower_bound=1)
+flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines.")
+
+FLAGS = flags.FLAGS
+MAX_TRUNCATION_NOTES = 20
+
+
+def fail(message):
+    sys.exit(f"translate: {message}")
+
+
+def read_lines():
+    """Input lines as bytes (no decoding here: invalid UTF-8 is the graph's business)."""
+    if FLAGS.input is not None and FLAGS.text:
+        raise app.UsageError("give --input or --text, not both.")
+    if FLAGS.text:
+        return [t.encode("utf-8", "surrogateescape") for t in FLAGS.text]
+    if FLAGS.input is not None:
+        try:
+            with open(FLAGS.input, "rb") as stream:
+                data = stream.read()
+        except OSError as error:
+            fail(f"cannot read --input={FLAGS.input}: {error.strerror}")
+    else:
+        data = sys.stdin.buffer.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":  # the newline ending the last line
+        lines.pop()
+    return [line.rstrip(b"\r") for line in lines]
+
+
+def resolve_saved_model(path):
+    """A version folder, or the highest numeric version under a base folder."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    if not os.path.isdir(path):
+        fail(f"--saved_model={path} does not exist.")
+    versions = [int(n) for n in os.listdir(path)
+                if n.isdigit() and os.path.isfile(os.path.join(path, n, "saved_model.pb"))]
+    if not versions:
+        fail(f"--saved_model={path} holds no saved_model.pb and no numeric version folder with one.")
+    return os.path.join(path, str(max(versions)))
+
+
+def check_flags():
+    if (FLAGS.saved_model is None) == (FLAGS.model_dir is None):
+        raise app.UsageError("give exactly one of --saved_model and --model_dir.")
+    if FLAGS.saved_model is not None:
+        given = [f"--{name}" for name in ("checkpoint", "vocab_path", "beam_size", "alpha", "extra_length")
+                 if FLAGS[name].present]
+        if given:
+            raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
+                                 "its search settings baked in (re-export to change them).")
+    elif not os.path.isfile(os.path.join(FLAGS.model_dir, "config.json")):
+        fail(f"--model_dir={FLAGS.model_dir}: {os.path.join(FLAGS.model_dir, 'config.json')} not "
+             "found; not the model_dir of a training run.")
+    if FLAGS.output is not None:
+        directory = os.path.dirname(os.path.abspath(FLAGS.output))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            fail(f"cannot write --output={FLAGS.output}: {directory} is not a writable folder.")
+
+
+def load_translate_fn():
+    """tf.string [batch] -> {"translations", "scores", "truncated"}, traced once."""
+    import tensorflow as tf
+
+    if FLAGS.saved_model is not None:
+        import tensorflow_text  # noqa: F401  (registers the tokenizer ops of the text signature)
+
+        path = resolve_saved_model(FLAGS.saved_model)
+        try:
+            signature = tf.saved_model.load(path).signatures["serving_default"]
+        except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
+            fail(f"cannot load the SavedModel {path}: {str(error).splitlines()[0][:300]}")
+        inputs = signature.structured_input_signature[1]
+        if "inputs" not in inputs:
+            fail(f"{path} has no text signature (inputs: {sorted(inputs)}); it is the ids-only "
+                 "export: use the export without the _ids suffix.")
+        return (lambda batch: signature(inputs=batch)), path
+
+    from keras_transformer import inference
+
+    defaults = inference.DecodingConfig()
+    try:
+        config = inference.DecodingConfig(
+            beam_size=FLAGS.beam_size or defaults.beam_size,
+            alpha=defaults.alpha if FLAGS.alpha is None else FLAGS.alpha,
+            extra_length=FLAGS.extra_length or defaults.extra_length)
+        translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
+                                               FLAGS.vocab_path)
+    except ValueError as error:
+        fail(error)
+    function = tf.function(translator.translate_text,
+                           input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    return function, FLAGS.model_dir
+
+
+def write_output(lines):
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    if FLAGS.output is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    directory = os.path.dirname(os.path.abspath(FLAGS.output))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-translate-")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, FLAGS.output)
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        fail(f"cannot write --output={FLAGS.output}: {error}")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    check_flags()
+    lines = read_lines()
+    translate_fn, source = load_translate_fn()
+
+    import contextlib
+
+    import keras
+
+    from keras_transformer.inference import translate_in_batches
+
+    # Empty and whitespace-only lines are answered here: no need to run the model on them.
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    progress = None
+    if FLAGS.input is not None and todo:
+        bar = keras.utils.Progbar(len(todo), unit_name="sentence")
+
+        def progress(n):
+            with contextlib.redirect_stdout(sys.stderr):  # stdout may carry the translations
+                bar.add(n)
+
+    results = translate_in_batches(translate_fn, [lines[i] for i in todo], FLAGS.batch_size,
+                                   progress)
+    output = [""] * len(lines)
+    truncated = []
+    for index, result in zip(todo, results):
+        # One line per input line, even if the model spells a newline byte.
+        text = result["translation"].replace("\r", " ").replace("\n", " ")
+        output[index] = f"{result['score']:.4f}\t{text}" if FLAGS.show_scores else text
+        if result["truncated"]:
+            truncated.append(index + 1)
+    if FLAGS.show_scores:
+        output = [line or "0.0000\t" for line in output]
+    write_output(output)
+    if truncated:
+        shown = ", ".join(map(str, truncated[:MAX_TRUNCATION_NOTES]))
+        more = f" and {len(truncated) - MAX_TRUNCATION_NOTES} more" if len(
+            truncated) > MAX_TRUNCATION_NOTES else ""
+        print(f"translate: {len(truncated)} input line(s) longer than the model's maximum length were "
+              f"cut to it before translating: line(s) {shown}{more}.", file=sys.stderr)
+    print(f"translate: {len(lines)} line(s) translated with {source}"
+          + (f" into {FLAGS.output}" if FLAGS.output else "") + ".", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,245 @@
+"""Trains a Transformer with the paper's recipe (sections 5.1-5.4, 6.1).
+
+    python -m trainers.wmt --strategy=mirrored                         # all GPUs of this machine
+    python -m trainers.wmt --preset=small --train_minutes=20           # 2 CPU cores, offline corpus
+    python -m trainers.wmt --strategy=mirrored --num_cpu_devices=2     # mirrored without GPUs
+    python -m trainers.wmt --dataset=wmt14_en_de --preset=big --xla --mixed_precision=bfloat16
+    TF_CONFIG='{...}' python -m trainers.wmt --strategy=multi_worker_mirrored
+
+Adam(0.9, 0.98, 1e-9) on the learning rate of Eq. (3), label smoothing 0.1, dropout per preset,
+token-budget batches (--token_budget per side summed over replicas; --accumulation_steps to
+reach the paper's ~25k+25k tokens per update on fewer devices). Checkpoints go to --model_dir
+every --checkpoint_every_minutes (the paper: 10) and/or --checkpoint_every_steps; running the
+same command again resumes. SIGTERM saves a checkpoint and exits with status 143; a NaN/Inf
+loss stops with status 1 and keeps the last good checkpoint. At the end the last
+--average_last checkpoints are averaged into MODEL_DIR/averaged/ckpt and a summary is written
+to MODEL_DIR/summary.json. TensorBoard: ``tensorboard --logdir=MODEL_DIR``.
+"""
+
+import os
+import sys
+
+from absl import app, flags, logging
+
+from trainers import data_flags
+
+FLAGS = flags.FLAGS
+PRESETS = ("tiny", "small", "base", "big")
+flags.adopt_module_key_flags(data_flags)  # --help lists the data flags too
+
+flags.DEFINE_enum("preset", "base", PRESETS,
+                  "Model size: base/big are Table 3's; small (3+3 layers, d_model 256) and tiny "
+                  "are for CPUs and tests.")
+# Table 3 overrides (None: the preset's value).
+flags.DEFINE_integer("num_layers", None, "N: layers in the encoder and in the decoder.")
+flags.DEFINE_integer("d_model", None, "d_model.")
+flags.DEFINE_integer("d_ff", None, "d_ff, inner size of the feed-forward networks.")
+flags.DEFINE_integer("num_heads", None, "h, attention heads.")
+flags.DEFINE_integer("d_k", None, "d_k (default d_model / h).")
+flags.DEFINE_integer("d_v", None, "d_v (default d_model / h).")
+flags.DEFINE_float("dropout_rate", None, "P_drop (base 0.1, big 0.3).")
+flags.DEFINE_float("attention_dropout", None, "Dropout on attention weights (paper: 0).")
+flags.DEFINE_float("relu_dropout", None, "Dropout after the feed-forward ReLU (paper: 0).")
+flags.DEFINE_float("label_smoothing", None, "eps_ls (paper: 0.1).")
+flags.DEFINE_enum("positional", None, ["sinusoidal", "learned"], "Table 3 row (E).")
+flags.DEFINE_bool("norm_first", None, "Pre-LN instead of the paper's post-LN.")
+flags.DEFINE_bool("share_embeddings", None, "Tie embeddings and pre-softmax weights (3.4).")
+
+flags.DEFINE_enum("strategy", "default",
+                  ["default", "one_device", "mirrored", "multi_worker_mirrored", "tpu"],
+                  "tf.distribute strategy. multi_worker_mirrored reads TF_CONFIG.")
+flags.DEFINE_integer("num_cpu_devices", 0,
+                     "Split the CPU into this many logical devices (e.g. 2 with "
+                     "--strategy=mirrored to run data-parallel without GPUs). 0: don't.")
+flags.DEFINE_bool("xla", False, "Compile each replica's forward+backward pass with XLA.")
+flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16", "float16"],
+                  "Compute dtype; variables stay float32. float16 uses dynamic loss scaling. "
+                  "On CPUs float16 is slow (no float16 matmul units); bfloat16 is fast only on "
+                  "CPUs with AVX512-BF16/AMX.")
+flags.DEFINE_string("model_dir", None, "Checkpoints, TensorBoard logs, config.json and "
+                    "summary.json (default runs/<preset>). Existing checkpoints are resumed.")
+flags.DEFINE_integer("train_steps", 100_000, "Optimizer updates in total (paper: 100k base, "
+                     "300k big). 0: no step limit (then set --train_minutes).")
+flags.DEFINE_float("train_minutes", None, "Wall-clock budget of this run in minutes.")
+flags.DEFINE_integer("warmup_steps", 4000, "warmup_steps of Eq. (3).")
+flags.DEFINE_float("learning_rate_scale", 1.0, "Multiplies the learning rate of Eq. (3).")
+flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per replica summed into one update.")
+flags.DEFINE_integer("checkpoint_every_steps", None, "Also checkpoint every N steps.")
+flags.DEFINE_float("checkpoint_every_minutes", 10.0, "Checkpoint every M minutes (paper: 10).")
+flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept in --model_dir.")
+flags.DEFINE_integer("average_last", None, "Average the last N checkpoints at the end "
+                     "(default: 20 for big, else 5, as section 6.1). 0: don't.")
+flags.DEFINE_integer("log_every_steps", 100, "Progress line and TensorBoard interval.")
+flags.DEFINE_integer("dev_every_steps", 1000, "Dev-set loss interval. 0: only at the end.")
+flags.DEFINE_enum("resume_data", "skip", ["skip", "restart"],
+                  "On resume, skip the batches already trained on (exact) or restart the input "
+                  "pipeline (fast for long runs).")
+flags.DEFINE_bool("deterministic", False, "Deterministic ops and seeds (slower).")
+flags.DEFINE_integer("seed", 1, "Seed of weight initialisation and dropout.")
+flags.DEFINE_string("export_dir", None, "At the end, export the averaged (else latest) "
+                    "checkpoint as SavedModels under EXPORT_DIR/<name of model_dir>/<version> "
+                    "(as python -m trainers.export does).")
+
+for _name in ("num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v"):
+    flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive.")
+for _name in ("dropout_rate", "attention_dropout", "relu_dropout", "label_smoothing"):
+    flags.register_validator(_name, lambda v: v is None or 0.0 <= v < 1.0,
+                             f"--{_name} must be in [0, 1).")
+for _name in ("warmup_steps", "accumulation_steps", "keep_checkpoints", "log_every_steps"):
+    flags.register_validator(_name, lambda v: v > 0, f"--{_name} must be positive.")
+for _name in ("num_cpu_devices", "train_steps", "dev_every_steps"):
+    flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0.")
+for _name in ("checkpoint_every_steps", "average_last"):
+    flags.register_validator(_name, lambda v: v is None or v >= 0, f"--{_name} must be >= 0.")
+for _name in ("train_minutes", "checkpoint_every_minutes"):
+    flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive.")
+flags.register_validator("learning_rate_scale", lambda v: v > 0,
+                         "--learning_rate_scale must be positive.")
+
+TABLE3_FLAGS = ("num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v", "dropout_rate",
+                "attention_dropout", "relu_dropout", "label_smoothing", "positional",
+                "norm_first", "share_embeddings")
+
+
+def training_config(model_dir: str):
+    from keras_transformer.training import TrainingConfig
+
+    average_last = FLAGS.average_last
+    if average_last is None:
+        average_last = 20 if FLAGS.preset == "big" else 5
+    try:
+        return TrainingConfig(
+            model_dir=model_dir, train_steps=FLAGS.train_steps or None,
+            train_minutes=FLAGS.train_minutes, warmup_steps=FLAGS.warmup_steps,
+            learning_rate_scale=FLAGS.learning_rate_scale,
+            accumulation_steps=FLAGS.accumulation_steps, jit_compile=FLAGS.xla,
+            mixed_precision=FLAGS.mixed_precision,
+            checkpoint_every_steps=FLAGS.checkpoint_every_steps or None,
+            checkpoint_every_minutes=FLAGS.checkpoint_every_minutes,
+            keep_checkpoints=max(FLAGS.keep_checkpoints, average_last),
+            average_last=average_last, log_every_steps=FLAGS.log_every_steps,
+            dev_every_steps=FLAGS.dev_every_steps or None, resume_data=FLAGS.resume_data)
+    except ValueError as error:
+        if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
+            raise app.UsageError("--train_steps=0 needs --train_minutes, or training never "
+                                 "ends.") from None
+        raise app.UsageError(str(error)) from None
+
+
+def model_config(vocab_size: int):
+    import keras_transformer as kt
+
+    overrides = {name: FLAGS[name].value for name in TABLE3_FLAGS if FLAGS[name].value is not None}
+    # Sequences are at most --max_length subwords plus EOS/BOS.
+    overrides["max_length"] = FLAGS.max_length + 1
+    try:
+        return kt.TransformerConfig.from_preset(FLAGS.preset, vocab_size=vocab_size, **overrides)
+    except ValueError as error:
+        raise app.UsageError(
+            f"--preset={FLAGS.preset} with overrides {overrides}: {error}") from None
+
+
+def check_export_dir():
+    """Fail at start, not after hours of training, when the export cannot be written."""
+    if FLAGS.export_dir is None:
+        return
+    try:
+        os.makedirs(FLAGS.export_dir, exist_ok=True)
+    except OSError as error:
+        raise app.UsageError(f"--export_dir={FLAGS.export_dir}: {error.strerror}") from None
+    if not os.access(FLAGS.export_dir, os.W_OK | os.X_OK):
+        raise app.UsageError(f"--export_dir={FLAGS.export_dir} is not writable.")
+
+
+def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
+    """EXPORT HOOK (the export issue's code): the run's averaged (else latest) checkpoint as
+    SavedModels for TF Serving, exactly as ``python -m trainers.export`` writes them."""
+    from keras_transformer import export, inference
+
+    translator = inference.load_translator(model_dir, inference.AVERAGED if averaged else None)
+    name = os.path.basename(os.path.normpath(os.path.abspath(model_dir)))
+    return list(export.export_for_serving(translator, export_dir, name))
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    data = data_flags.data_config()
+    model_dir = FLAGS.model_dir or os.path.join("runs", FLAGS.preset)
+    config = training_config(model_dir)
+    check_export_dir()
+
+    # Logical devices and the strategy first: TensorFlow must not be initialised before.
+    from keras_transformer.training import make_strategy
+
+    try:
+        strategy = make_strategy(FLAGS.strategy, FLAGS.num_cpu_devices)
+    except ValueError as error:
+        raise app.UsageError(f"--strategy={FLAGS.strategy}: {error}") from None
+
+    import keras
+    import tensorflow as tf
+
+    from keras_transformer import data as kt_data
+    from keras_transformer.training import (NonFiniteLossError, ProgressLine, TensorBoard,
+                                            Trainer, is_chief)
+
+    keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    try:
+        tokenizer, _ = kt_data.load_or_learn_tokenizer(data)
+        train_fn = kt_data.make_distributed_dataset_fn(data, tokenizer, "train", training=True,
+                                                       repeat=True)
+        dev_fn = None
+        try:
+            kt_data.load_text_pairs(data, "dev")
+            dev_fn = kt_data.make_distributed_dataset_fn(data, tokenizer, "dev", training=False)
+        except ValueError as error:
+            if "is not set" not in str(error):
+                raise
+            logging.warning("No dev data (%s): no dev loss.", error)
+    except (ValueError, kt_data.DataNotFoundError) as error:
+        sys.exit(f"wmt: data error: {error}")
+
+    cfg = model_config(tokenizer.vocab_size)
+    import dataclasses
+
+    run_info = {"data": dataclasses.asdict(data), "vocab_path": tokenizer.path,
+                "preset": FLAGS.preset}
+    trainer = Trainer(cfg, config, strategy, run_info=run_info)
+    chief = is_chief(strategy)
+    if chief:  # the vocabulary travels with the checkpoints (what translate/export look for)
+        from keras_transformer.inference import RUN_VOCABULARY_FILE
+        from keras_transformer.tokenizer import atomic_write
+
+        os.makedirs(model_dir, exist_ok=True)
+        atomic_write(os.path.join(model_dir, RUN_VOCABULARY_FILE), tokenizer.model_proto)
+    callbacks = [ProgressLine(lambda line: print(line, flush=True), config.train_steps)]
+    if chief:
+        callbacks.append(TensorBoard(model_dir))
+    print(f"wmt: preset={FLAGS.preset} ({trainer.model.count_params():,} parameters), "
+          f"strategy={FLAGS.strategy} x{strategy.num_replicas_in_sync} replicas, "
+          f"xla={FLAGS.xla}, precision={FLAGS.mixed_precision}, dataset={data.dataset}, "
+          f"vocabulary={tokenizer.vocab_size}, model_dir={model_dir}", flush=True)
+    try:
+        summary = trainer.fit(train_fn, dev_fn, callbacks)
+    except (NonFiniteLossError, ValueError) as error:
+        sys.exit(f"wmt: {error}")
+    print(f"wmt: {summary['stop_reason']} after {summary['steps']} steps; "
+          f"{summary['tokens_per_second']:,.0f} tokens/s; final train loss "
+          f"{summary['final_train_loss']}; dev loss {summary['final_dev_loss']}; "
+          f"summary in {os.path.join(model_dir, 'summary.json')}", flush=True)
+    if summary["stop_reason"] == "sigterm":
+        sys.exit(128 + 15)
+    if FLAGS.export_dir and chief:
+        try:
+            paths = export_hook(model_dir, bool(summary["averaged_checkpoint"]), FLAGS.export_dir)
+        except ValueError as error:
+            sys.exit(f"wmt: export failed (the checkpoints in {model_dir} are fine; retry with "
+                     f"python -m trainers.export --model_dir={model_dir}): {error}")
+        print(f"wmt: exported to {', '.join(paths)}", flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
