@@ -361,6 +361,7 @@ def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "step 3/6 | loss" in result.stdout and "tok/s" in result.stdout
+    assert "| dev BLEU " in result.stdout  # DevBleu ran under the mirrored strategy
     summary = read_json(tmp_path / "run" / "summary.json")
     assert summary["steps"] == 6 and summary["num_replicas"] == 2
     assert np.isfinite(summary["final_dev_loss"])

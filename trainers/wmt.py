@@ -71,6 +71,11 @@ flags.DEFINE_integer("average_last", None, "Average the last N checkpoints at th
                      "(default: 20 for big, else 5, as section 6.1). 0: don't.")
 flags.DEFINE_integer("log_every_steps", 100, "Progress line and TensorBoard interval.")
 flags.DEFINE_integer("dev_every_steps", 1000, "Dev-set loss interval. 0: only at the end.")
+flags.DEFINE_integer("dev_bleu_sentences", 200,
+                     "Dev-set BLEU (sacreBLEU, beam 4, alpha 0.6) on this many dev sentences at each "
+                     "dev evaluation, shown and written to TensorBoard. 0: none.")
+flags.DEFINE_bool("keep_best_bleu", False,
+                  "Also keep the weights of the best dev BLEU in MODEL_DIR/best/ckpt.")
 flags.DEFINE_enum("resume_data", "skip", ["skip", "restart"],
                   "On resume, skip the batches already trained on (exact) or restart the input "
                   "pipeline (fast for long runs).")
@@ -87,7 +92,7 @@ for _name in ("dropout_rate", "attention_dropout", "relu_dropout", "label_smooth
                              f"--{_name} must be in [0, 1).")
 for _name in ("warmup_steps", "accumulation_steps", "keep_checkpoints", "log_every_steps"):
     flags.register_validator(_name, lambda v: v > 0, f"--{_name} must be positive.")
-for _name in ("num_cpu_devices", "train_steps", "dev_every_steps"):
+for _name in ("num_cpu_devices", "train_steps", "dev_every_steps", "dev_bleu_sentences"):
     flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0.")
 for _name in ("checkpoint_every_steps", "average_last"):
     flags.register_validator(_name, lambda v: v is None or v >= 0, f"--{_name} must be >= 0.")
@@ -215,7 +220,15 @@ def main(argv):
 
         os.makedirs(model_dir, exist_ok=True)
         atomic_write(os.path.join(model_dir, RUN_VOCABULARY_FILE), tokenizer.model_proto)
-    callbacks = [ProgressLine(lambda line: print(line, flush=True), config.train_steps)]
+    callbacks = []
+    if dev_fn is not None and FLAGS.dev_bleu_sentences:
+        from keras_transformer.training.dev_bleu import DevBleu
+
+        dev_pairs = list(kt_data.load_text_pairs(data, "dev").take(FLAGS.dev_bleu_sentences)
+                         .as_numpy_iterator())
+        callbacks.append(DevBleu(tokenizer, [s.decode() for s, _ in dev_pairs],
+                                 [t.decode() for _, t in dev_pairs], keep_best=FLAGS.keep_best_bleu))
+    callbacks.append(ProgressLine(lambda line: print(line, flush=True), config.train_steps))
     if chief:
         callbacks.append(TensorBoard(model_dir))
     print(f"wmt: preset={FLAGS.preset} ({trainer.model.count_params():,} parameters), "

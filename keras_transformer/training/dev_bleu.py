@@ -1,0 +1,56 @@
+"""Dev-set BLEU during training: what section 6.1's choices (beam, alpha) were tuned on.
+
+``DevBleu`` translates a fixed subset of the dev set at every dev evaluation of the ``Trainer`` and
+puts the sacreBLEU score into the shared logs as ``logs["bleu"]``, so the progress line and the
+``TensorBoard`` callback (placed after it) show and record it with the dev loss. With ``keep_best`` it
+also writes the weights of the best-BLEU evaluation to ``model_dir/best/ckpt`` (+ ``best.json``).
+"""
+
+import json
+import os
+from typing import Sequence
+
+import tensorflow as tf
+
+from keras_transformer.evaluation import sacrebleu_score
+from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
+from keras_transformer.tokenizer import atomic_write
+from keras_transformer.training.callbacks import Callback
+from keras_transformer.training.checkpoints import model_checkpoint
+
+BEST_PREFIX = os.path.join("best", "ckpt")
+
+
+class DevBleu(Callback):
+    def __init__(self, tokenizer, sources: Sequence[str], references: Sequence[str],
+                 decoding_config: DecodingConfig = DecodingConfig(), batch_size: int = 64,
+                 keep_best: bool = False):
+        if len(sources) != len(references) or not sources:
+            raise ValueError(f"DevBleu needs as many references as sources (got {len(sources)} and "
+                             f"{len(references)}), at least one.")
+        self.tokenizer = tokenizer
+        self.sources, self.references = list(sources), list(references)
+        self.decoding_config = decoding_config
+        self.batch_size = batch_size
+        self.keep_best = keep_best
+        self.best = None
+        self._translate = None
+
+    def _translate_fn(self):
+        # Traced once; it reads the model's variables, so it always translates with the current weights.
+        if self._translate is None:
+            translator = Translator(self.trainer.model, self.tokenizer, self.decoding_config)
+            self._translate = tf.function(translator.translate_text,
+                                          input_signature=[tf.TensorSpec([None], tf.string)])
+        return self._translate
+
+    def on_dev(self, step, logs):
+        results = translate_in_batches(self._translate_fn(), self.sources, self.batch_size)
+        bleu = sacrebleu_score([r["translation"] for r in results], self.references)
+        logs["bleu"] = bleu.score
+        if self.keep_best and self.trainer.chief and (self.best is None or bleu.score > self.best):
+            self.best = bleu.score
+            directory = self.trainer.config.model_dir
+            model_checkpoint(self.trainer.model).write(os.path.join(directory, BEST_PREFIX))
+            atomic_write(os.path.join(directory, "best", "best.json"), json.dumps(
+                {"step": step, "bleu": bleu.score, "signature": bleu.signature}).encode())

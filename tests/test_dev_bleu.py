@@ -1,0 +1,59 @@
+"""Dev BLEU during training: the number in the logs is sacreBLEU of the model's own translations,
+and keep_best keeps the weights of the best evaluation."""
+
+import json
+import os
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.evaluation import sacrebleu_score
+from keras_transformer.training import restore_model
+from keras_transformer.training.dev_bleu import BEST_PREFIX, DevBleu
+from test_inference import SENTENCES, small_translator
+
+
+@pytest.fixture(scope="module")
+def translator():
+    return small_translator(beam_size=2)
+
+
+def fake_trainer(translator, model_dir):
+    """What DevBleu uses of a Trainer: its model, model_dir and whether it is the chief."""
+    return types.SimpleNamespace(model=translator.model, chief=True,
+                                 config=types.SimpleNamespace(model_dir=model_dir))
+
+
+def test_logs_the_sacrebleu_of_the_current_weights_and_keeps_the_best(translator, tmp_path):
+    def hypotheses():
+        out = translator.translate_text(tf.constant(SENTENCES))["translations"].numpy()
+        return [t.decode() for t in out]
+
+    references = hypotheses()  # the current weights translate the dev subset perfectly
+    assert all(references)
+    callback = DevBleu(translator.tokenizer, SENTENCES, references, translator.decoding, keep_best=True)
+    callback.trainer = fake_trainer(translator, str(tmp_path))
+    logs = {}
+    callback.on_dev(10, logs)
+    assert logs["bleu"] == pytest.approx(100.0)
+    best_weights = [w.numpy().copy() for w in translator.model.variables]
+
+    embedding = translator.model.target_embedding.embeddings
+    embedding.assign(embedding.numpy() + np.random.default_rng(0).normal(size=embedding.shape) * 0.5)
+    logs = {}
+    callback.on_dev(20, logs)  # the traced translate function sees the new weights
+    assert logs["bleu"] == pytest.approx(sacrebleu_score(hypotheses(), references).score)
+    assert logs["bleu"] < 100.0
+    with open(tmp_path / "best" / "best.json") as f:
+        assert json.load(f)["step"] == 10  # a worse evaluation does not replace the best
+    restored = small_translator(beam_size=2).model
+    restore_model(restored, os.path.join(str(tmp_path), BEST_PREFIX))
+    for variable, expected in zip(restored.variables, best_weights):
+        np.testing.assert_array_equal(variable.numpy(), expected)
+
+
+def test_mismatched_subset_is_refused(translator):
+    with pytest.raises(ValueError, match="as many references as sources"):
+        DevBleu(translator.tokenizer, SENTENCES, SENTENCES[:1])
