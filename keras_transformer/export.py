@@ -30,6 +30,8 @@ import tempfile
 import keras
 import tensorflow as tf
 
+from keras_transformer.export_ctranslate2 import export_ctranslate2
+
 TEXT_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
 VOCABULARY_ASSET = "vocab.model"
@@ -101,4 +103,5 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
 
 
 # The formats ``python -m trainers.export --format=...`` knows (OpenNMT-tf keeps a registry likewise).
-EXPORTERS = {"saved_model": export_for_serving}
+# "ctranslate2" (optional extra): a CTranslate2 model folder <name>_ctranslate2/<version>.
+EXPORTERS = {"saved_model": export_for_serving, "ctranslate2": export_ctranslate2}
