@@ -395,3 +395,17 @@ def test_throughput_benchmark_smoke(tmp_path):
         assert row["source_tokens_per_step"] == row["target_tokens_per_step"] == 64
         assert row["model_flops_per_step"] > 6 * 64 * row["parameters"] / 2
     assert "| tiny | on |" in result.stdout
+
+
+def test_checkpoint_paths_of_a_relative_model_dir_exist(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    monkeypatch.chdir(tmp_path)
+    variable = tf.Variable(1.0)
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=variable), os.path.join("runs", "x"),
+                                         max_to_keep=3)
+    manager.save()
+    manager.save()
+    paths = checkpoint_paths(os.path.join("runs", "x"))
+    assert [os.path.basename(p) for p in paths] == ["ckpt-1", "ckpt-2"]
+    assert all(os.path.exists(p + ".index") for p in paths)

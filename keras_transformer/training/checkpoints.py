@@ -94,8 +94,8 @@ def checkpoint_paths(directory: str) -> list:
     state = tf.train.get_checkpoint_state(directory)
     if state is None:
         return []
-    paths = list(state.all_model_checkpoint_paths)
-    return [p if os.path.isabs(p) else os.path.join(directory, p) for p in paths]
+    # get_checkpoint_state has already joined relative entries onto ``directory``.
+    return list(state.all_model_checkpoint_paths)
 
 
 def average_checkpoints(model, paths: Sequence[str]) -> None:

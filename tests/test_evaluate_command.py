@@ -1,0 +1,147 @@
+"""Evaluation of a model that copies its input: the library path (translate -> score, with batching
+that reorders sentences by length) and ``python -m trainers.evaluate`` on an exported "model", both
+against a from-scratch corpus BLEU (Papineni et al. 2002) of the fixture."""
+
+import collections
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from keras_transformer import evaluation
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# (source, reference). The copy model outputs the source, so lines 1-2 are perfect translations,
+# the others (mostly) wrong. No punctuation and no apostrophes: 13a and Moses tokenization are then
+# plain whitespace splitting, except that the paper's compound split turns "world-champion" into
+# "world ##AT##-##AT## champion" (13a keeps it one token). Lengths differ, so batching reorders.
+FIXTURE = [
+    ("the cat sits on the mat today", "the cat sits on the mat today"),
+    ("good morning my dear friend", "guten Morgen mein lieber Freund"),
+    ("a world-champion runs very fast every day", "a world-champion runs very fast every day"),
+    ("we buy bread", "wir kaufen Brot und Milch"),
+    ("this house is big and old and mine", "this house ist gross und alt"),
+]
+
+
+def reference_bleu(hypotheses, references):
+    """Corpus BLEU-4 over whitespace tokens, one reference, no smoothing."""
+    matches, totals = [0] * 4, [0] * 4
+    hyp_length = ref_length = 0
+    for hyp, ref in zip(hypotheses, references):
+        h, r = hyp.split(), ref.split()
+        hyp_length, ref_length = hyp_length + len(h), ref_length + len(r)
+        for n in range(1, 5):
+            h_grams = collections.Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
+            r_grams = collections.Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
+            matches[n - 1] += sum(min(c, r_grams[g]) for g, c in h_grams.items())
+            totals[n - 1] += max(len(h) - n + 1, 0)
+    assert min(matches) > 0  # the fixture is chosen so: no smoothing question arises
+    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / 4
+    return 100 * math.exp(log_precision + min(0.0, 1 - ref_length / hyp_length))
+
+
+def split_compounds(text):
+    return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", text)
+
+
+SOURCES = [s for s, _ in FIXTURE]
+REFERENCES = [r for _, r in FIXTURE]
+EXPECTED_SACREBLEU = reference_bleu(SOURCES, REFERENCES)
+EXPECTED_TOKENIZED = reference_bleu([split_compounds(s) for s in SOURCES],
+                                    [split_compounds(r) for r in REFERENCES])
+
+
+def copy_translate(batch):
+    """A translate_fn (Translator.translate_text's contract) that copies its input."""
+    batch = tf.convert_to_tensor(batch)
+    n = tf.shape(batch)[0]
+    return {"translations": batch, "scores": tf.zeros([n]), "truncated": tf.zeros([n], tf.bool)}
+
+
+def test_fixture_is_informative():
+    # both numbers strictly between 0 and 100, and different: a swap of the two would be caught
+    assert 0 < EXPECTED_SACREBLEU < 100 and 0 < EXPECTED_TOKENIZED < 100
+    assert abs(EXPECTED_SACREBLEU - EXPECTED_TOKENIZED) > 0.5
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 64])
+def test_copy_model_gets_the_expected_bleu(batch_size):
+    result, hypotheses = evaluation.translate_and_evaluate(copy_translate, SOURCES, REFERENCES,
+                                                           batch_size=batch_size)
+    assert hypotheses == SOURCES  # input order survives the length-sorted batches
+    assert result.sacrebleu.score == pytest.approx(EXPECTED_SACREBLEU, abs=1e-6)
+    assert result.tokenized.score == pytest.approx(EXPECTED_TOKENIZED, abs=1e-6)
+    assert result.sentences == len(FIXTURE)
+    sacre_line, tokenized_line = result.lines()
+    assert sacre_line.startswith("sacreBLEU = ") and "tok:13a" in sacre_line
+    assert tokenized_line.startswith("tokenized BLEU") and "tok:none" in tokenized_line
+
+
+def test_perfect_translations_score_100_both_ways():
+    result = evaluation.evaluate_translations(REFERENCES, REFERENCES)
+    assert result.sacrebleu.score == pytest.approx(100.0)
+    assert result.tokenized.score == pytest.approx(100.0)
+
+
+def test_mismatched_lengths_are_an_error():
+    with pytest.raises(ValueError, match="one hypothesis per reference"):
+        evaluation.evaluate_translations(["a"], ["a", "b"])
+    with pytest.raises(ValueError, match="2 sources but 1 references"):
+        evaluation.translate_and_evaluate(copy_translate, ["a", "b"], ["a"])
+
+
+class CopyModel(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def serve(self, inputs):
+        return copy_translate(inputs)
+
+
+def run(*args):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-m", "trainers.evaluate", *args], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    return result.returncode, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="module")
+def exported_copy_model(tmp_path_factory):
+    base = tmp_path_factory.mktemp("evaluate")
+    model = CopyModel()
+    path = base / "copy" / "1"
+    tf.saved_model.save(model, str(path), signatures={"serving_default": model.serve})
+    test_file = base / "test.tsv"
+    test_file.write_text("".join(f"{s}\t{r}\n" for s, r in FIXTURE), encoding="utf-8")
+    return base, test_file
+
+
+def test_evaluate_command_on_an_exported_copy_model(exported_copy_model):
+    base, test_file = exported_copy_model
+    output = base / "hyp.txt"
+    # the base folder: the command picks its highest version
+    code, stdout, stderr = run(f"--saved_model={base / 'copy'}", "--dataset=files",
+                               f"--test_data={test_file}", f"--output={output}", "--batch_size=2")
+    assert code == 0, stderr
+    sacre = re.search(r"^sacreBLEU = ([\d.]+) \((nrefs:1\|case:mixed\|eff:no\|tok:13a\|smooth:exp\|"
+                      r"version:[\d.]+)\)$", stdout, re.M)
+    tokenized = re.search(r"^tokenized BLEU \(Moses \+ compound split, the paper's\) = ([\d.]+)",
+                          stdout, re.M)
+    assert sacre and tokenized, stdout
+    assert float(sacre.group(1)) == pytest.approx(EXPECTED_SACREBLEU, abs=0.005)
+    assert float(tokenized.group(1)) == pytest.approx(EXPECTED_TOKENIZED, abs=0.005)
+    assert output.read_text(encoding="utf-8").splitlines() == SOURCES
+
+
+def test_evaluate_command_reports_a_missing_model_without_traceback(exported_copy_model):
+    base, test_file = exported_copy_model
+    code, _, stderr = run(f"--saved_model={base / 'nothing'}", "--dataset=files",
+                          f"--test_data={test_file}")
+    assert code != 0
+    assert "evaluate:" in stderr and "nothing" in stderr and "does not exist" in stderr
+    assert "Traceback" not in stderr
+

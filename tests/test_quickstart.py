@@ -1,0 +1,137 @@
+"""trainers.quickstart as a user runs it: a seconds-long run of the whole pipeline (tiny preset, a few
+steps, a small corpus of own files) ends with a report holding BLEU both ways, an export that exists
+and translations made by that export; a failing stage (no corpus, an export folder that cannot be
+written, a full disk during the export) ends with one message naming the stage and what to do."""
+
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+WORDS = {"the": "die", "cat": "Katze", "dog": "Hund", "sees": "sieht", "eats": "frisst",
+         "bird": "Vogel", "fish": "Fisch", "big": "grosse", "small": "kleine", "red": "rote"}
+TEST_SIZE = 6
+
+
+def corpus(tmp_path):
+    """Word-for-word toy pairs: train, dev and test TSV files (own-files dataset)."""
+    rng = random.Random(0)
+    words = sorted(WORDS)
+
+    def pairs(n):
+        out = []
+        for _ in range(n):
+            sentence = [rng.choice(words) for _ in range(rng.randint(3, 7))]
+            out.append((" ".join(sentence) + ".", " ".join(WORDS[w] for w in sentence) + "."))
+        return out
+
+    paths = {}
+    for split, n in (("train", 300), ("dev", 8), ("test", TEST_SIZE)):
+        path = tmp_path / f"{split}.tsv"
+        path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs(n)), encoding="utf-8")
+        paths[split] = str(path)
+    return paths
+
+
+def run(*args, module="trainers.quickstart", code=None):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    command = [sys.executable, "-c", code] if code else [sys.executable, "-m", module, *args]
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout, result.stderr
+
+
+def small_run_flags(tmp_path, files):
+    return [f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}",
+            "--dataset=files", f"--train_data={files['train']}", f"--dev_data={files['dev']}",
+            f"--test_data={files['test']}", f"--data_dir={tmp_path / 'data'}", "--vocab_size=320",
+            "--preset=tiny", "--train_steps=4", "--checkpoint_every_steps=2", "--average_last=2",
+            "--log_every_steps=1", "--max_length=24", "--token_budget=256", "--beam_size=2",
+            "--samples=3", "--mixed_precision=float32"]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("quickstart")
+    code, stdout, stderr = run(*small_run_flags(tmp_path, corpus(tmp_path)))
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    return tmp_path, stdout
+
+
+def test_every_stage_runs_and_is_announced(smoke):
+    _, stdout = smoke
+    for number, stage in enumerate(("data", "train", "average", "evaluate", "export", "translate"), 1):
+        assert f"=== [{number}/6] {stage}:" in stdout
+    assert re.search(r"^  step 4/4 \| loss [\d.]+", stdout, re.M)  # the trainer's progress line
+
+
+def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
+    tmp_path, stdout = smoke
+    report = stdout[stdout.index("quickstart report"):]
+    assert re.search(r"^  sacreBLEU = [\d.]+ \(nrefs:1\|case:mixed\|eff:no\|tok:13a\|", report, re.M)
+    assert re.search(r"^  tokenized BLEU \(Moses \+ compound split, the paper's\) = [\d.]+", report,
+                     re.M)
+    export_path = re.search(r"^export\s+(\S+)$", report, re.M).group(1)
+    assert os.path.isfile(os.path.join(export_path, "saved_model.pb"))
+    assert os.path.dirname(export_path) == str(tmp_path / "saved" / "run")
+    assert len(re.findall(r"^  DE  ", report, re.M)) == 3
+
+    record = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert record["steps"] == 4
+    assert record["test_sentences"] == TEST_SIZE
+    assert len(record["averaged_checkpoints"]) == 2
+    # the exported model translates exactly as the in-memory model did during the evaluation
+    assert len(record["samples"]) == 3
+    assert all(sample["same_as_in_memory"] for sample in record["samples"])
+    hypotheses = (tmp_path / "run" / "test.hyp").read_text(encoding="utf-8").splitlines()
+    assert len(hypotheses) == TEST_SIZE
+    assert [s["translation"] for s in record["samples"]] == hypotheses[:3]
+
+
+def test_missing_corpus_fails_in_the_data_stage(tmp_path):
+    missing = tmp_path / "no" / "de-en"
+    code, stdout, stderr = run(f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}",
+                               f"--data_dir={tmp_path / 'data'}", f"--ding_file={missing}")
+    assert code != 0
+    assert "stage 1/6 'data' failed" in stderr and str(missing) in stderr
+    assert "What to do:" in stderr and "trans-de-en" in stderr
+    assert "Traceback" not in stderr
+    assert "[2/6] train" not in stdout
+
+
+def test_unwritable_export_dir_fails_before_training(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    code, stdout, stderr = run(f"--work_dir={tmp_path / 'run'}", f"--export_dir={blocker / 'saved'}")
+    assert code != 0
+    assert "stage 5/6 'export' failed" in stderr and str(blocker / "saved") in stderr
+    assert "What to do:" in stderr and "--export_dir" in stderr
+    assert "Traceback" not in stderr
+    assert "[2/6] train" not in stdout and not (tmp_path / "run").exists()
+
+
+def test_full_disk_during_the_export_names_the_stage(tmp_path):
+    # The export stage itself, with the writer failing as on a full disk.
+    code = f"""
+import errno
+from absl import flags
+from keras_transformer import export
+from trainers import quickstart
+
+def no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+export.export_for_serving = no_space
+flags.FLAGS(["quickstart", "--work_dir={tmp_path / 'run'}", "--export_dir={tmp_path / 'saved'}"])
+quickstart.stage_export(translator=None)
+"""
+    status, _, stderr = run(code=code)
+    assert status != 0
+    assert "stage 5/6 'export' failed" in stderr and "No space left on device" in stderr
+    assert "What to do:" in stderr and "trainers.export" in stderr
+    assert "Traceback" not in stderr

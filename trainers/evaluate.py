@@ -1,0 +1,171 @@
+"""BLEU of a trained model on a test set, measured two ways and labelled (``keras_transformer.evaluation``).
+
+    python -m trainers.evaluate --model_dir=runs/quickstart --checkpoint=averaged
+    python -m trainers.evaluate --saved_model=saved_models/quickstart --output=test.hyp.de
+    python -m trainers.evaluate --model_dir=runs/base --dataset=wmt14_en_de --data_dir=data
+    python -m trainers.evaluate --saved_model=saved_models/x --dataset=files --test_data=test.en,test.de
+
+Prints
+
+    sacreBLEU = 12.34 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0)
+    tokenized BLEU (Moses + compound split, the paper's) = 13.45 (...)
+
+sacreBLEU is the comparable number; the tokenized compound-split BLEU is how the paper's Table 2
+numbers (27.3 / 28.4 EN-DE) were computed, and is usually higher: never compare one with the other.
+
+The test set comes from the data flags (``trainers/data_flags.py``). With --model_dir and no data
+flag given, the corpus the run was trained on (its config.json) is used, so
+``--model_dir=runs/x`` alone evaluates on that corpus' test split. Beam settings apply with
+--model_dir (section 6.1 defaults: beam 4, alpha 0.6); a SavedModel has its own baked in.
+"""
+
+import os
+import sys
+import tempfile
+
+from absl import app, flags, logging
+
+from trainers import data_flags
+
+FLAGS = flags.FLAGS
+flags.adopt_module_key_flags(data_flags)
+flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
+flags.DEFINE_string("checkpoint", None,
+                    "With --model_dir: 'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix or a "
+                    "folder; default the latest checkpoint.")
+flags.DEFINE_string("saved_model", None,
+                    "Exported SavedModel: a version folder or the model's base folder (its highest "
+                    "version).")
+flags.DEFINE_enum("split", "test", ["train", "dev", "test"], "Which split to translate and score.")
+flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick looks).",
+                     lower_bound=1)
+flags.DEFINE_string("output", None, "Write the translations here, one line per test sentence.")
+flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
+flags.DEFINE_integer("beam_size", 4, "With --model_dir: beam size (section 6.1: 4).", lower_bound=1)
+flags.DEFINE_float("alpha", 0.6, "With --model_dir: length penalty alpha (section 6.1: 0.6).")
+flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of the tokenized BLEU "
+                    "(default: fr for wmt14_en_fr, else de).")
+
+DATA_FLAGS = ("dataset", "data_dir", "ding_file", "train_data", "dev_data", "test_data")
+
+
+def fail(message):
+    sys.exit(f"evaluate: {message}")
+
+
+def test_data_config():
+    """The data flags, or (with --model_dir and none of them given) the run's own corpus."""
+    if FLAGS.model_dir and not any(FLAGS[name].present for name in DATA_FLAGS):
+        from keras_transformer.data import DataConfig
+        from keras_transformer.training import load_run_config
+
+        try:
+            recorded = load_run_config(FLAGS.model_dir).get("data")
+        except (OSError, ValueError):
+            recorded = None
+        if isinstance(recorded, dict):
+            fields = {name: recorded[name] for name in DATA_FLAGS if name in recorded}
+            try:
+                return DataConfig(**fields)
+            except (TypeError, ValueError):
+                pass  # a run of another version: fall back to the flags
+    return data_flags.data_config()
+
+
+def read_pairs(config, split, limit):
+    from keras_transformer import data
+
+    try:
+        pairs = data.load_text_pairs(config, split)
+        if limit:
+            pairs = pairs.take(limit)
+        sources, references = [], []
+        for source, target in pairs.as_numpy_iterator():
+            sources.append(source.decode("utf-8"))
+            references.append(target.decode("utf-8"))
+    except (ValueError, data.DataNotFoundError) as error:
+        fail(f"no {split} data: {error}")
+    if not sources:
+        fail(f"the {split} split of {config.dataset} is empty.")
+    return sources, references
+
+
+def load_translate_fn():
+    import tensorflow as tf
+
+    from keras_transformer import evaluation, inference
+
+    try:
+        if FLAGS.saved_model:
+            return evaluation.load_exported_translate_fn(FLAGS.saved_model)
+        translator = inference.load_translator(
+            FLAGS.model_dir, FLAGS.checkpoint,
+            inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha),
+            FLAGS.vocab_path)
+    except ValueError as error:
+        fail(error)
+    function = tf.function(translator.translate_text,
+                           input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    return function, FLAGS.model_dir
+
+
+def check_flags():
+    if bool(FLAGS.saved_model) == bool(FLAGS.model_dir):
+        raise app.UsageError("give exactly one of --model_dir and --saved_model.")
+    if FLAGS.saved_model:
+        given = [f"--{n}" for n in ("checkpoint", "beam_size", "alpha") if FLAGS[n].present]
+        if given:
+            raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
+                                 "its search settings baked in.")
+    if FLAGS.output:
+        directory = os.path.dirname(os.path.abspath(FLAGS.output))
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            fail(f"cannot write --output={FLAGS.output}: {directory} is not a writable folder.")
+
+
+def write_lines(path, lines):
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-evaluate-")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.writelines(line.replace("\n", " ") + "\n" for line in lines)
+        os.replace(temporary, path)
+    except OSError as error:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        fail(f"cannot write --output={path}: {error}")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
+    check_flags()
+    config = test_data_config()
+    sources, references = read_pairs(config, FLAGS.split, FLAGS.limit)
+    translate_fn, source = load_translate_fn()
+
+    import contextlib
+
+    import keras
+
+    from keras_transformer import evaluation
+
+    bar = keras.utils.Progbar(len(sources), unit_name="sentence")
+
+    def progress(n):
+        with contextlib.redirect_stdout(sys.stderr):
+            bar.add(n)
+
+    lang = FLAGS.lang or ("fr" if config.dataset == "wmt14_en_fr" else "de")
+    result, hypotheses = evaluation.translate_and_evaluate(
+        translate_fn, sources, references, lang, FLAGS.batch_size, progress)
+    if FLAGS.output:
+        write_lines(FLAGS.output, hypotheses)
+    print(f"evaluate: {source} on {config.dataset} {FLAGS.split} ({result.sentences} sentences)")
+    for line in result.lines():
+        print(line)
+
+
+if __name__ == "__main__":
+    app.run(main)
