@@ -2,8 +2,6 @@
 that reorders sentences by length) and ``python -m trainers.evaluate`` on an exported "model", both
 against a from-scratch corpus BLEU (Papineni et al. 2002) of the fixture."""
 
-import collections
-import math
 import os
 import re
 import subprocess
@@ -13,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import evaluation
+from test_evaluation import reference_bleu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,23 +26,6 @@ FIXTURE = [
     ("we buy bread", "wir kaufen Brot und Milch"),
     ("this house is big and old and mine", "this house ist gross und alt"),
 ]
-
-
-def reference_bleu(hypotheses, references):
-    """Corpus BLEU-4 over whitespace tokens, one reference, no smoothing."""
-    matches, totals = [0] * 4, [0] * 4
-    hyp_length = ref_length = 0
-    for hyp, ref in zip(hypotheses, references):
-        h, r = hyp.split(), ref.split()
-        hyp_length, ref_length = hyp_length + len(h), ref_length + len(r)
-        for n in range(1, 5):
-            h_grams = collections.Counter(tuple(h[i:i + n]) for i in range(len(h) - n + 1))
-            r_grams = collections.Counter(tuple(r[i:i + n]) for i in range(len(r) - n + 1))
-            matches[n - 1] += sum(min(c, r_grams[g]) for g, c in h_grams.items())
-            totals[n - 1] += max(len(h) - n + 1, 0)
-    assert min(matches) > 0  # the fixture is chosen so: no smoothing question arises
-    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals)) / 4
-    return 100 * math.exp(log_precision + min(0.0, 1 - ref_length / hyp_length))
 
 
 def split_compounds(text):

@@ -21,7 +21,6 @@ flag given, the corpus the run was trained on (its config.json) is used, so
 
 import os
 import sys
-import tempfile
 
 from absl import app, flags, logging
 
@@ -124,15 +123,11 @@ def check_flags():
 
 
 def write_lines(path, lines):
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-evaluate-")
+    from keras_transformer.tokenizer import atomic_write
+
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.writelines(line.replace("\n", " ") + "\n" for line in lines)
-        os.replace(temporary, path)
+        atomic_write(path, "".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8"))
     except OSError as error:
-        if os.path.exists(temporary):
-            os.remove(temporary)
         fail(f"cannot write --output={path}: {error}")
 
 

@@ -17,7 +17,6 @@ SavedModel has the settings it was exported with baked into its graph (see its a
 
 import os
 import sys
-import tempfile
 
 from absl import app, flags
 
@@ -142,15 +141,11 @@ def write_output(lines):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    directory = os.path.dirname(os.path.abspath(FLAGS.output))
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-translate-")
+    from keras_transformer.tokenizer import atomic_write
+
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, FLAGS.output)
+        atomic_write(FLAGS.output, data)
     except OSError as error:
-        if os.path.exists(temporary):
-            os.remove(temporary)
         fail(f"cannot write --output={FLAGS.output}: {error}")
 
 
