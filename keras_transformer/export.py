@@ -21,6 +21,7 @@ reloads with ``tf.saved_model.load`` but not in the session-based loader TF Serv
 variable ..."); the archive tracks the raw variables.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,50 @@ TEXT_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
 VOCABULARY_ASSET = "vocab.model"
 CONFIG_ASSET = "config.json"
+
+
+@contextlib.contextmanager
+def staged_export(target, what="the export"):
+    """Writes an export folder so that it appears complete or not at all.
+
+    Yields ``(output, sources)``: ``output`` is a not-yet-existing folder to write the export into,
+    ``sources`` an existing scratch folder for files it copies in (vocabulary, configuration). Both
+    live in a temporary folder beside ``target``; on success ``output`` is renamed to ``target``.
+    Errors are ValueErrors naming the folder."""
+    if os.path.exists(target):
+        raise ValueError(f"{target} exists already; choose another version or remove it.")
+    parent = os.path.dirname(os.path.abspath(target))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    except OSError as error:
+        raise ValueError(f"cannot write {what} under {parent}: {error}") from None
+    try:
+        sources = os.path.join(staging, "sources")
+        os.makedirs(sources)
+        output = os.path.join(staging, "output")
+        yield output, sources
+        os.replace(output, target)
+    except OSError as error:
+        raise ValueError(f"writing {what} to {target} failed: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_run_files(sources, tokenizer, settings, config_name=CONFIG_ASSET):
+    """The vocabulary and the configuration that travel with an export; returns their paths."""
+    vocabulary_path = os.path.join(sources, VOCABULARY_ASSET)
+    with open(vocabulary_path, "wb") as f:
+        f.write(tokenizer.model_proto)
+    config_path = os.path.join(sources, config_name)
+    with open(config_path, "w") as f:
+        json.dump(settings, f, indent=2)
+    return vocabulary_path, config_path
+
+
+def decoding_settings(translator):
+    return {"beam_size": translator.decoding.beam_size, "alpha": translator.decoding.alpha,
+            "extra_length": translator.decoding.extra_length}
 
 
 def next_version(model_base_path):
@@ -61,26 +106,10 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
     core-ops ``translate_ids`` signature is written (and also serves as ``serving_default``)."""
     version = next_version(model_base_path) if version is None else int(version)
     target = os.path.join(model_base_path, str(version))
-    if os.path.exists(target):
-        raise ValueError(f"{target} exists already; choose another version or remove it.")
-    try:
-        os.makedirs(model_base_path, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=model_base_path)
-    except OSError as error:
-        raise ValueError(f"cannot write the export under {model_base_path}: {error}") from None
-    try:
-        asset_dir = os.path.join(staging, "asset_sources")
-        os.makedirs(asset_dir)
-        vocabulary_path = os.path.join(asset_dir, VOCABULARY_ASSET)
-        with open(vocabulary_path, "wb") as f:
-            f.write(translator.tokenizer.model_proto)
-        config_path = os.path.join(asset_dir, CONFIG_ASSET)
-        with open(config_path, "w") as f:
-            json.dump({"model": translator.model.config.to_dict(),
-                       "decoding": {"beam_size": translator.decoding.beam_size,
-                                    "alpha": translator.decoding.alpha,
-                                    "extra_length": translator.decoding.extra_length}}, f, indent=2)
-
+    with staged_export(target) as (output, sources):
+        vocabulary_path, config_path = write_run_files(
+            sources, translator.tokenizer,
+            {"model": translator.model.config.to_dict(), "decoding": decoding_settings(translator)})
         archive = keras.export.ExportArchive()
         # ExportArchive keeps only variables and resources; an Asset must hang off the saved root
         # to be copied into assets/ (reloaded: ``loaded.assets["vocabulary"].asset_path``).
@@ -92,13 +121,7 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
                                  input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
         archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
                              input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
-        saved = os.path.join(staging, "saved_model")
-        archive.write_out(saved, verbose=False)
-        os.replace(saved, target)
-    except OSError as error:
-        raise ValueError(f"writing the export to {target} failed: {error}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        archive.write_out(output, verbose=False)
     return target
 
 

@@ -24,16 +24,12 @@ The exported folder holds CTranslate2's ``model.bin``, ``config.json`` and
 ``keras_transformer.json`` (model config and the decoding settings of the Translator it came from).
 """
 
-import json
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
 from keras_transformer.layers.embedding import positional_encoding
 
-VOCABULARY_FILE = "vocab.model"
 SETTINGS_FILE = "keras_transformer.json"
 
 
@@ -152,52 +148,31 @@ def write_ctranslate2(model, tokenizer, output_dir, extra_length=50, quantizatio
     """Writes ``model`` + ``tokenizer`` as a CTranslate2 model folder ``output_dir`` (which must not
     exist; it appears complete or not at all). ``quantization``: None (float32 as trained) or one of
     CTranslate2's weight types ("int8", "float16", ...). Returns ``output_dir``."""
-    if os.path.exists(output_dir):
-        raise ValueError(f"{output_dir} exists already; choose another folder or remove it.")
+    from keras_transformer.export import staged_export, write_run_files
+
     max_positions = max(model.config.max_length, 1024) + extra_length + 1
     spec = ctranslate2_spec(model, tokenizer_pieces(tokenizer), max_positions)
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".tmp-ct2-", dir=parent)
-    except OSError as error:
-        raise ValueError(f"cannot write the CTranslate2 export under {parent}: {error}") from None
-    try:
-        sources = os.path.join(staging, "sources")
-        os.makedirs(sources)
-        vocabulary = os.path.join(sources, VOCABULARY_FILE)
-        with open(vocabulary, "wb") as f:
-            f.write(tokenizer.model_proto)
-        settings = os.path.join(sources, SETTINGS_FILE)
-        with open(settings, "w") as f:
-            json.dump({"model": model.config.to_dict(), "extra_length": extra_length,
-                       "decoding": decoding_settings or {}}, f, indent=2)
-        spec.register_file(vocabulary)
-        spec.register_file(settings)
+    with staged_export(output_dir, "the CTranslate2 export") as (output, sources):
+        for path in write_run_files(sources, tokenizer, {
+                "model": model.config.to_dict(), "extra_length": extra_length,
+                "decoding": decoding_settings or {}}, config_name=SETTINGS_FILE):
+            spec.register_file(path)
         try:
             spec.optimize(quantization=quantization)
         except ValueError as error:
             raise ValueError(f"quantization={quantization!r}: {error}") from None
-        written = os.path.join(staging, "model")
-        os.makedirs(written)
-        spec.save(written)
-        os.replace(written, output_dir)
-    except OSError as error:
-        raise ValueError(f"writing the CTranslate2 export to {output_dir} failed: {error}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        os.makedirs(output)
+        spec.save(output)
     return output_dir
 
 
 def export_ctranslate2(translator, export_dir, name, version=None, quantization=None):
     """``EXPORTERS["ctranslate2"]``: writes ``export_dir/<name>_ctranslate2/<version>`` (default the
     next free version) from an ``inference.Translator`` and returns the path."""
-    from keras_transformer.export import next_version
+    from keras_transformer.export import decoding_settings, next_version
 
     base = os.path.join(export_dir, f"{name}_ctranslate2")
     version = next_version(base) if version is None else int(version)
-    settings = {"beam_size": translator.decoding.beam_size, "alpha": translator.decoding.alpha,
-                "extra_length": translator.decoding.extra_length}
     return write_ctranslate2(translator.model, translator.tokenizer, os.path.join(base, str(version)),
                              extra_length=translator.decoding.extra_length, quantization=quantization,
-                             decoding_settings=settings)
+                             decoding_settings=decoding_settings(translator))
