@@ -226,3 +226,30 @@ def load_translator(model_dir: str, checkpoint: Optional[str] = None,
         raise ValueError(f"checkpoint {path} does not fit the model of {model_dir}/config.json: "
                          f"{str(error).splitlines()[0][:300]}") from None
     return Translator(model, tokenizer, decoding_config)
+
+
+def load_exported_translate_fn(path: str):
+    """The text signature of an exported SavedModel (``export.export_for_serving``) as a
+    ``translate_fn`` for ``translate_in_batches`` / ``evaluation.translate_and_evaluate``. ``path``: a version folder, or the model's
+    base folder (its highest numeric version). Returns ``(translate_fn, version_path)``; a missing
+    or unusable export is a ValueError naming the path."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops of the text signature)
+
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        if not os.path.isdir(path):
+            raise ValueError(f"SavedModel {path} does not exist.")
+        versions = [int(n) for n in os.listdir(path)
+                    if n.isdigit() and os.path.isfile(os.path.join(path, n, "saved_model.pb"))]
+        if not versions:
+            raise ValueError(f"{path} holds no saved_model.pb and no numeric version folder with one.")
+        path = os.path.join(path, str(max(versions)))
+    try:
+        signature = tf.saved_model.load(path).signatures["serving_default"]
+    except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
+        raise ValueError(f"cannot load the SavedModel {path}: "
+                         f"{str(error).splitlines()[0][:300] if str(error) else type(error).__name__}"
+                         ) from None
+    if "inputs" not in signature.structured_input_signature[1]:
+        raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
+                         "export without the _ids suffix.")
+    return (lambda batch: signature(inputs=batch)), path

@@ -92,11 +92,11 @@ def read_pairs(config, split, limit):
 def load_translate_fn():
     import tensorflow as tf
 
-    from keras_transformer import evaluation, inference
+    from keras_transformer import inference
 
     try:
         if FLAGS.saved_model:
-            return evaluation.load_exported_translate_fn(FLAGS.saved_model)
+            return inference.load_exported_translate_fn(FLAGS.saved_model)
         translator = inference.load_translator(
             FLAGS.model_dir, FLAGS.checkpoint,
             inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha),

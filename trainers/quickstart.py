@@ -366,12 +366,12 @@ def stage_export(translator):
 def stage_translate(path, sources, references, hypotheses):
     header("translate", f"{min(FLAGS.samples, len(sources))} test sentences through the exported "
            f"model {path}")
-    from keras_transformer import evaluation
+    from keras_transformer import inference
     from keras_transformer.inference import translate_in_batches
 
     chosen = list(range(min(FLAGS.samples, len(sources))))
     try:
-        translate_fn, path = evaluation.load_exported_translate_fn(path)
+        translate_fn, path = inference.load_exported_translate_fn(path)
         outputs = translate_in_batches(translate_fn, [sources[i] for i in chosen])
     except Exception as error:  # noqa: BLE001  (any failure of the export is this stage's)
         fail("translate", str(error).splitlines()[0] if str(error) else type(error).__name__)

@@ -69,19 +69,6 @@ def read_lines():
     return [line.rstrip(b"\r") for line in lines]
 
 
-def resolve_saved_model(path):
-    """A version folder, or the highest numeric version under a base folder."""
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return path
-    if not os.path.isdir(path):
-        fail(f"--saved_model={path} does not exist.")
-    versions = [int(n) for n in os.listdir(path)
-                if n.isdigit() and os.path.isfile(os.path.join(path, n, "saved_model.pb"))]
-    if not versions:
-        fail(f"--saved_model={path} holds no saved_model.pb and no numeric version folder with one.")
-    return os.path.join(path, str(max(versions)))
-
-
 def check_flags():
     if (FLAGS.saved_model is None) == (FLAGS.model_dir is None):
         raise app.UsageError("give exactly one of --saved_model and --model_dir.")
@@ -104,21 +91,13 @@ def load_translate_fn():
     """tf.string [batch] -> {"translations", "scores", "truncated"}, traced once."""
     import tensorflow as tf
 
-    if FLAGS.saved_model is not None:
-        import tensorflow_text  # noqa: F401  (registers the tokenizer ops of the text signature)
-
-        path = resolve_saved_model(FLAGS.saved_model)
-        try:
-            signature = tf.saved_model.load(path).signatures["serving_default"]
-        except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
-            fail(f"cannot load the SavedModel {path}: {str(error).splitlines()[0][:300]}")
-        inputs = signature.structured_input_signature[1]
-        if "inputs" not in inputs:
-            fail(f"{path} has no text signature (inputs: {sorted(inputs)}); it is the ids-only "
-                 "export: use the export without the _ids suffix.")
-        return (lambda batch: signature(inputs=batch)), path
-
     from keras_transformer import inference
+
+    if FLAGS.saved_model is not None:
+        try:
+            return inference.load_exported_translate_fn(FLAGS.saved_model)
+        except ValueError as error:
+            fail(f"--saved_model: {error}")
 
     defaults = inference.DecodingConfig()
     try:
