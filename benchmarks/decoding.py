@@ -39,12 +39,13 @@ the length sweep covers that. Prints a Markdown table and writes JSON (--output)
 median of --runs runs with min and max. Not a test: numbers depend on the machine and its load.
 """
 
-import json
 import os
 import statistics
 import time
 
 from absl import app, flags, logging
+
+from benchmarks import common
 
 flags.DEFINE_string("model_dir", None, "A training run (default: a randomly initialised model).")
 flags.DEFINE_string("checkpoint", None, "With --model_dir: 'averaged', a prefix or a folder.")
@@ -78,10 +79,6 @@ FLAGS = flags.FLAGS
 BUCKET = 8  # batches are padded to a multiple of this many tokens (few XLA shapes)
 SMOKE_TEXT = ["The cat sits on the mat.", "A dog runs.", "Where is the train station?",
               "Das ist ein Satz."]
-
-
-def _median_min_max(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def load_model_and_sentences():
@@ -203,27 +200,35 @@ def time_batches(function, batches, runs):
             concrete[width] = function.get_concrete_function(tf.TensorSpec([None, width], tf.int32))
         return concrete[width]
 
-    started = time.perf_counter()
-    outputs = [function_for(b)(tf.constant(b)) for b in batches]
-    warmup = time.perf_counter() - started
-    tokens = sum(int(o[1].numpy().sum()) for o in outputs)
-    steps = sum(int(o[2]) for o in outputs)
-    seconds = []
-    for _ in range(runs):
+    with common.PeakMemory() as memory:
         started = time.perf_counter()
-        for b in batches:
-            function_for(b)(tf.constant(b))[1].numpy()  # wait for the result
-        seconds.append(time.perf_counter() - started)
-    return warmup, seconds, tokens, steps
+        outputs = [function_for(b)(tf.constant(b)) for b in batches]
+        warmup = time.perf_counter() - started
+        tokens = sum(int(o[1].numpy().sum()) for o in outputs)
+        steps = sum(int(o[2]) for o in outputs)
+        seconds = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            for b in batches:
+                function_for(b)(tf.constant(b))[1].numpy()  # wait for the result
+            seconds.append(time.perf_counter() - started)
+    return {"warmup": warmup, "seconds": seconds, "tokens": tokens, "steps": steps,
+            "memory": memory}
 
 
-def _timed_row(common, count, warmup, seconds, tokens, steps):
+def _timed_row(fields, count, timing):
+    seconds = timing["seconds"]
     median = statistics.median(seconds)
-    return {**common, "sentences": count, "sentences/s": round(count / median, 2),
-            "tokens/s": round(tokens / median, 1),
-            "seconds (median [min, max])": f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
-            "first pass s": round(warmup, 2), "output tokens": tokens, "decoder steps": steps,
-            "seconds": _median_min_max(seconds)}
+    memory = timing["memory"]
+    return {**fields, "sentences": count, "sentences/s": round(count / median, 2),
+            "tokens/s": round(timing["tokens"] / median, 1),
+            "seconds (median [min, max])": common.spread(seconds),
+            "first pass s": round(timing["warmup"], 2),
+            "peak memory MB (process / added)":
+                f"{memory.bytes / 2**20:,.0f} / {memory.added_bytes / 2**20:,.0f}",
+            "peak_memory_bytes": memory.bytes, "added_memory_bytes": memory.added_bytes,
+            "output tokens": timing["tokens"], "decoder steps": timing["steps"],
+            "seconds": common.median_min_max(seconds)}
 
 
 def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, extra_length, runs):
@@ -252,9 +257,9 @@ def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, ext
                  make_search(model, f"beam{beam}", True, False, extra_length, FLAGS.alpha,
                              fixed_buffer=fixed)),
                 (f"Translator.translate_ids (cache input+{extra_length})", tf.function(translate))]:
-            warmup, seconds, tokens, steps = time_batches(function, batches, runs)
             rows.append(_timed_row({"search": f"beam{beam}", "batch": batch_size, "cache": "yes",
-                                    "xla": "no", "buffer": label}, count, warmup, seconds, tokens, steps))
+                                    "xla": "no", "buffer": label}, count,
+                                   time_batches(function, batches, runs)))
             print(f"  beam{beam} batch={batch_size} {label}: {rows[-1]['sentences/s']} sentences/s",
                   flush=True)
     return rows
@@ -332,9 +337,11 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs
 
             timings = {}
             functions = {"ours": run_ours, "ctranslate2": run_theirs}
+            memory = {}
             for name, function in functions.items():
-                started = time.perf_counter()
-                output = function()  # first pass: tracing, and the outputs compared below
+                with common.PeakMemory() as memory[name]:
+                    started = time.perf_counter()
+                    output = function()  # first pass: tracing, and the outputs compared below
                 timings[name] = (time.perf_counter() - started, [], output)
             for _ in range(runs):  # alternating, so that changes of the machine's load hit both
                 for name, function in functions.items():
@@ -358,17 +365,14 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs
                              "seconds (median [min, max])":
                                  f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
                              "first pass s": round(warmup, 2), "threads": threads,
-                             "seconds": _median_min_max(seconds)})
+                             "peak memory MB (process / added, first pass)":
+                                 f"{memory[name].bytes / 2**20:,.0f} / "
+                                 f"{memory[name].added_bytes / 2**20:,.0f}",
+                             "seconds": common.median_min_max(seconds)})
             print(f"  {search}: ours {speeds['ours']:.2f} sentences/s, CTranslate2 "
                   f"{speeds['ctranslate2']:.2f} sentences/s, identical {identical}/{len(sentences)}",
                   flush=True)
     return rows
-
-
-def markdown(rows, columns):
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row[c]) for c in columns) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def main(argv):
@@ -377,7 +381,7 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
     extra_length = FLAGS.extra_length
     if FLAGS.smoke:  # every code path once, nothing timed seriously
-        batch_sizes, uncached_sizes, lengths, runs, min_sentences = [2], [2], [4], 1, 2
+        batch_sizes, uncached_sizes, lengths, runs, min_sentences = [2], [2], [2, 4], 1, 2
         extra_length = 4
     else:
         batch_sizes = [int(b) for b in FLAGS.batch_sizes]
@@ -407,18 +411,11 @@ def main(argv):
                     continue
                 for xla in (False, True):
                     function = make_search(model, search, cached, xla, extra_length, FLAGS.alpha)
-                    warmup, seconds, tokens, steps = time_batches(function, batches, runs)
-                    median = statistics.median(seconds)
-                    row = {"search": search, "batch": batch_size, "cache": "yes" if cached else "no",
-                           "xla": "yes" if xla else "no",
-                           "buffer": f"input+{extra_length} (padded to {BUCKET})",
-                           "sentences": count,
-                           "sentences/s": round(count / median, 2),
-                           "tokens/s": round(tokens / median, 1),
-                           "seconds (median [min, max])":
-                               f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
-                           "first pass s": round(warmup, 2), "output tokens": tokens,
-                           "decoder steps": steps, "seconds": _median_min_max(seconds)}
+                    row = _timed_row(
+                        {"search": search, "batch": batch_size, "cache": "yes" if cached else "no",
+                         "xla": "yes" if xla else "no",
+                         "buffer": f"input+{extra_length} (padded to {BUCKET})"},
+                        count, time_batches(function, batches, runs))
                     rows.append(row)
                     print(f"  {search} batch={batch_size} cache={row['cache']} xla={row['xla']}: "
                           f"{row['sentences/s']} sentences/s, {row['tokens/s']} tokens/s", flush=True)
@@ -441,46 +438,49 @@ def main(argv):
                 continue
             function = make_search(model, FLAGS.searches[0], cached, False, extra_length,
                                    FLAGS.alpha, forced_length=length)
-            _, seconds, tokens, steps = time_batches(function, batch, runs)
-            median = statistics.median(seconds)
+            timing = time_batches(function, batch, runs)
+            median = statistics.median(timing["seconds"])
             sweep.append({"search": FLAGS.searches[0], "batch": int(batch[0].shape[0]),
                           "output length": length, "cache": "yes" if cached else "no",
                           "ms/sentence": round(1000 * median / batch[0].shape[0], 2),
-                          "ms/step": round(1000 * median / max(steps, 1), 3),
-                          "seconds (median [min, max])":
-                              f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
-                          "seconds": _median_min_max(seconds), "decoder steps": steps})
+                          "ms/step": round(1000 * median / max(timing["steps"], 1), 3),
+                          "seconds (median [min, max])": common.spread(timing["seconds"]),
+                          "peak memory MB (process / added)":
+                              f"{timing['memory'].bytes / 2**20:,.0f} / "
+                              f"{timing['memory'].added_bytes / 2**20:,.0f}",
+                          "seconds": common.median_min_max(timing["seconds"]),
+                          "decoder steps": timing["steps"]})
             print(f"  length {length} cache={sweep[-1]['cache']}: {sweep[-1]['ms/step']} ms/step",
                   flush=True)
 
     load_end = os.getloadavg()
     print(f"\n{described}. Load average at the end: {load_end[0]:.2f}.\n")
+    tables = {}
     if rows:
-        print(markdown(rows, ["search", "batch", "cache", "xla", "buffer", "sentences", "sentences/s",
-                              "tokens/s", "seconds (median [min, max])", "first pass s"]))
+        tables["throughput"] = common.markdown(rows, [
+            "search", "batch", "cache", "xla", "buffer", "sentences", "sentences/s", "tokens/s",
+            "seconds (median [min, max])", "first pass s", "peak memory MB (process / added)"])
     if compared:
-        print("\nOurs vs CTranslate2 float32 on the same weights (alpha / length_penalty 0, one length "
-              "limit per batch):\n")
-        print(markdown(compared, ["search", "engine", "batch", "sentences", "sentences/s",
-                                  "ours / CTranslate2", "ours / CTranslate2 (fastest runs)", "identical",
-                                  "seconds (median [min, max])",
-                                  "threads"]))
+        tables["ctranslate2"] = (
+            "Ours vs CTranslate2 float32 on the same weights (alpha / length_penalty 0, one length "
+            "limit per batch):\n\n" + common.markdown(compared, [
+                "search", "engine", "batch", "sentences", "sentences/s", "ours / CTranslate2",
+                "ours / CTranslate2 (fastest runs)", "identical", "seconds (median [min, max])",
+                "threads", "peak memory MB (process / added, first pass)"]))
     if sweep:
-        print(f"\nDecode time vs output length ({FLAGS.searches[0]}, batch {sweep_batch}, no XLA, "
-              "EOS masked so every output has exactly that length):\n")
-        print(markdown(sweep, ["output length", "cache", "ms/sentence", "ms/step",
-                               "seconds (median [min, max])"]))
+        tables["length_sweep"] = (
+            f"Decode time vs output length ({FLAGS.searches[0]}, batch {sweep_batch}, no XLA, "
+            "EOS masked so every output has exactly that length):\n\n" + common.markdown(sweep, [
+                "output length", "cache", "ms/sentence", "ms/step", "seconds (median [min, max])",
+                "peak memory MB (process / added)"]))
+    print("\n\n".join(tables.values()))
 
     result = {"model": described, "cpus": os.cpu_count(), "load_average_start": load,
               "load_average_end": load_end, "tensorflow": tf.__version__, "runs": runs,
               "extra_length": extra_length, "alpha": FLAGS.alpha, "throughput": rows,
-              "length_sweep": sweep, "ctranslate2": compared}
-    directory = os.path.dirname(os.path.abspath(FLAGS.output))
-    os.makedirs(directory, exist_ok=True)
-    temporary = FLAGS.output + ".partial"
-    with open(temporary, "w") as stream:
-        json.dump(result, stream, indent=2)
-    os.replace(temporary, FLAGS.output)
+              "length_sweep": sweep, "ctranslate2": compared, "machine": common.machine(),
+              "markdown": tables}
+    common.write_json(FLAGS.output, result)
     print(f"\nwrote {FLAGS.output}")
 
 

@@ -2,6 +2,7 @@
 
     python -m benchmarks.input_pipeline                       # offline Ding corpus, train split
     python -m benchmarks.input_pipeline --token_budget=4096 --output=runs/bench/input.json
+    python -m benchmarks.input_pipeline --smoke --output=/tmp/input.json     # seconds
 
 Measures examples/s and tokens/s (real subword tokens of both sides; padded tokens in
 brackets) for one epoch of token-budget batches (text cached in memory, so this is
@@ -11,18 +12,20 @@ the default, and tensor2tensor's unrounded x1.1 grid), and for the training conf
 depend on the machine and its load.
 """
 
-import json
 import os
 import time
 
 from absl import app, flags, logging
 
+from benchmarks import common
 from trainers import data_flags
 
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "input_pipeline.json"),
                     "Where to write the JSON results.")
 flags.DEFINE_integer("train_batches", 200, "Batches timed in the shuffled, repeated run.")
 flags.DEFINE_integer("epochs", 2, "Timed epochs per bucket grid (after one warm-up epoch).")
+flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (one epoch of the dev "
+                  "split, 5 training batches, a 512-subword vocabulary).")
 
 FLAGS = flags.FLAGS
 
@@ -57,22 +60,21 @@ def _row(name, seconds, n, examples, real, padded, shapes):
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
-    config = data_flags.data_config()
-    import tensorflow as tf
-
+    config = data_flags.data_config(**(dict(vocab_size=512) if FLAGS.smoke else {}))
+    split, epochs, train_batches = ("dev", 1, 5) if FLAGS.smoke else ("train", FLAGS.epochs,
+                                                                       FLAGS.train_batches)
     from keras_transformer import data
     from keras_transformer.data import batching
-    from keras_transformer.tokenizer import atomic_write
 
     tokenizer, _ = data.load_or_learn_tokenizer(config)
-    pairs = data.load_text_pairs(config, "train").cache()
+    pairs = data.load_text_pairs(config, split).cache()
     rows = []
     for multiple in sorted({config.bucket_multiple, 8, 1}, reverse=True):
         spec = batching.BucketSpec.make(config.max_length, config.token_budget, multiple)
         batches = batching.make_batches(pairs, tokenizer, spec)
         _count(batches)  # warm-up: fills the text cache, traces the functions
         totals = [0.0, 0, 0, 0, 0, 0]
-        for _ in range(FLAGS.epochs):
+        for _ in range(epochs):
             result = _count(batches)
             totals = [a + b for a, b in zip(totals, result[:5])] + [result[5]]
         name = f"epoch, grid x{multiple} ({len(spec.boundaries)} buckets)"
@@ -80,12 +82,12 @@ def main(argv):
     training = batching.make_batches(pairs, tokenizer, data.bucket_spec(config),
                                      shuffle_buffer=20000, seed=config.seed, repeat=True)
     _count(training, limit=20)
-    rows.append(_row(f"training (shuffle+repeat), {FLAGS.train_batches} batches",
-                     *_count(training, limit=FLAGS.train_batches)))
+    rows.append(_row(f"training (shuffle+repeat), {train_batches} batches",
+                     *_count(training, limit=train_batches)))
 
-    print(f"input pipeline: {config.dataset} train, vocabulary {tokenizer.vocab_size}, "
+    print(f"input pipeline: {config.dataset} {split}, vocabulary {tokenizer.vocab_size}, "
           f"token budget {config.token_budget}/side, max_length {config.max_length}, "
-          f"{os.cpu_count()} CPUs, TF {tf.__version__}")
+          f"{os.cpu_count()} CPUs")
     header = (f"{'run':<44} {'batches':>8} {'examples/s':>11} {'tokens/s':>10} "
               f"{'(padded)':>10} {'padding':>8} {'shapes':>7}")
     print(header)
@@ -94,12 +96,17 @@ def main(argv):
         print(f"{r['run']:<44} {r['batches']:>8} {r['examples_per_s']:>11,.0f} "
               f"{r['tokens_per_s']:>10,.0f} {r['padded_tokens_per_s']:>10,.0f} "
               f"{r['padding_fraction']:>8.1%} {r['distinct_shapes']:>7}")
+    table = common.markdown(
+        [{**r, "tokens/s (padded)": f"{r['tokens_per_s']:,.0f} ({r['padded_tokens_per_s']:,.0f})",
+          "examples/s": f"{r['examples_per_s']:,.0f}",
+          "padding": f"{100 * r['padding_fraction']:.1f}%"} for r in rows],
+        ["run", "batches", "examples/s", "tokens/s (padded)", "padding", "distinct_shapes"])
     result = {
-        "dataset": config.dataset, "vocab_size": tokenizer.vocab_size,
-        "token_budget": config.token_budget, "max_length": config.max_length,
-        "cpus": os.cpu_count(), "tensorflow": tf.__version__, "runs": rows,
+        "machine": common.machine(), "dataset": config.dataset, "split": split,
+        "vocab_size": tokenizer.vocab_size, "token_budget": config.token_budget,
+        "max_length": config.max_length, "runs": rows, "markdown": table,
     }
-    atomic_write(FLAGS.output, json.dumps(result, indent=1).encode("utf-8"))
+    common.write_json(FLAGS.output, result)
     print(f"wrote {FLAGS.output}")
 
 

@@ -125,6 +125,11 @@ class SubwordTokenizer(tf.Module):
             )
         except RuntimeError as e:
             message = str(e)
+            if "smaller than required_chars" in message:
+                raise ValueError(
+                    f"vocab_size={vocab_size} is too small for the characters of this training "
+                    f"text (SentencePiece: {message.strip()}); choose a larger multiple of 8."
+                ) from None
             if "Vocabulary size" in message or "vocab_size" in message:
                 raise ValueError(
                     f"vocab_size={vocab_size} is too large for this training text "
@@ -171,11 +176,17 @@ class SubwordTokenizer(tf.Module):
 
     # --- in-graph ops ---------------------------------------------------------------------
 
+    # Plain TensorFlow ops without Python control flow: nothing for AutoGraph to convert. Once,
+    # after ~1,000 training steps, AutoGraph ran `tokenize` for a `detokenize` call inside the
+    # dev-BLEU tf.function (a conversion-cache mix-up we could not reproduce); not converting
+    # these methods takes them out of that path.
+    @tf.autograph.experimental.do_not_convert
     def tokenize(self, texts) -> tf.RaggedTensor:
         """``tf.string`` [N] -> ``tf.RaggedTensor`` int32 [N, (subwords)], no BOS/EOS."""
         texts = tf.convert_to_tensor(texts, dtype=tf.string)
         return self._sp.tokenize(texts)
 
+    @tf.autograph.experimental.do_not_convert
     def detokenize(self, ids) -> tf.Tensor:
         """int ids [N, T] (dense, 0/EOS-padded) or ragged -> ``tf.string`` [N].
 

@@ -120,6 +120,10 @@ def test_bad_vocabulary_sizes_and_files(tmp_path):
         SubwordTokenizer.learn(iter(SENTENCES), 321)
     with pytest.raises(ValueError, match=r"vocab_size=8000 is too large"):
         SubwordTokenizer.learn(iter(SENTENCES), 8000)
+    # More distinct characters than subwords: the opposite advice.
+    many_characters = ["".join(chr(0x4E00 + 7 * i + j) for j in range(7)) for i in range(60)]
+    with pytest.raises(ValueError, match=r"vocab_size=264 is too small .* larger multiple"):
+        SubwordTokenizer.learn(iter(many_characters), 264)
     with pytest.raises(ValueError, match=r"vocabulary file not found: .*missing.model"):
         SubwordTokenizer.load(str(tmp_path / "missing.model"))
     bad = tmp_path / "bad.model"

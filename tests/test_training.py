@@ -380,23 +380,6 @@ def test_resuming_with_another_model_is_a_clear_error(tmp_path):
         Trainer(other, config(tmp_path, train_steps=2)).fit(fixed_batch_fn)
 
 
-def test_throughput_benchmark_smoke(tmp_path):
-    output = tmp_path / "throughput.json"
-    result = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "benchmarks", "training_throughput.py"), "--smoke",
-         f"--output={output}"], cwd=ROOT, env=child_env(), capture_output=True, text=True,
-        timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_json(output)["rows"]
-    assert [(r["preset"], r["xla"]) for r in rows] == [("tiny", False), ("tiny", True)]
-    for row in rows:
-        assert row["tokens_per_second"] > 0 and 0 < row["fraction_of_matmul_peak"] < 5
-        # 8 sentences x 8 tokens per side, none of them padding.
-        assert row["source_tokens_per_step"] == row["target_tokens_per_step"] == 64
-        assert row["model_flops_per_step"] > 6 * 64 * row["parameters"] / 2
-    assert "| tiny | on |" in result.stdout
-
-
 def test_checkpoint_paths_of_a_relative_model_dir_exist(tmp_path, monkeypatch):
     import tensorflow as tf
 

@@ -47,16 +47,24 @@ flags.DEFINE_integer(
 )
 
 flags.DEFINE_integer(
-    "bucket_multiple", 8,
-    "Round length-bucket boundaries to this multiple: 8 = few shapes for XLA (default), "
-    "1 = tensor2tensor's exact x1.1 grid (less padding, about twice the shapes).",
+    "bucket_multiple", None,
+    "Round length-bucket boundaries to this multiple: 8 = few shapes for XLA, 1 = "
+    "tensor2tensor's exact x1.1 grid (less padding, about twice the shapes). Default: 8 with "
+    "--xla (each shape is compiled), else 1 (without XLA extra shapes cost nothing).",
 )
 
 FLAGS = flags.FLAGS
 
 
-def data_config(**overrides) -> DataConfig:
-    """The parsed data flags as a DataConfig; bad values raise app.UsageError naming the flag."""
+def bucket_multiple_for(xla: bool) -> int:
+    """The bucket grid when --bucket_multiple is not given: few shapes only matter under XLA
+    (on the offline corpus: 22% padding with the grid of 8, 8.5% with the exact grid)."""
+    return 8 if xla else 1
+
+
+def data_config(xla: bool = False, **overrides) -> DataConfig:
+    """The parsed data flags as a DataConfig; bad values raise app.UsageError naming the flag.
+    ``xla``: whether the batches feed an XLA-compiled step (the default bucket grid)."""
     values = dict(
         dataset=FLAGS.dataset,
         data_dir=FLAGS.data_dir,
@@ -68,7 +76,7 @@ def data_config(**overrides) -> DataConfig:
         vocab_path=FLAGS.vocab_path,
         max_length=FLAGS.max_length,
         token_budget=FLAGS.token_budget,
-        bucket_multiple=FLAGS.bucket_multiple,
+        bucket_multiple=FLAGS.bucket_multiple or bucket_multiple_for(xla),
     )
     values.update(overrides)
     try:

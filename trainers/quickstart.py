@@ -156,7 +156,7 @@ def stage_data():
     header("data", "corpus and shared subword vocabulary")
     from keras_transformer import data
 
-    config = data_flags.data_config()
+    config = data_flags.data_config(xla=FLAGS.xla)
     try:
         tokenizer, learned = data.load_or_learn_tokenizer(config)
         counts = {}

@@ -169,7 +169,7 @@ def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    data = data_flags.data_config()
+    data = data_flags.data_config(xla=FLAGS.xla)
     model_dir = FLAGS.model_dir or os.path.join("runs", FLAGS.preset)
     config = training_config(model_dir)
     check_export_dir()

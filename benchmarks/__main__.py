@@ -1,0 +1,191 @@
+"""Every benchmark in one command, one JSON file and one Markdown report with the targets.
+
+    python -m benchmarks                                   # ~1 hour on 2 cores; writes benchmarks/results/
+    python -m benchmarks --model_dir=runs/quickstart       # decoding on a trained model (CTranslate2 too)
+    python -m benchmarks --smoke --output_dir=/tmp/bench   # seconds per part: every code path once
+
+Runs, each in a fresh process (so each measures its own memory and thread pools):
+
+* ``benchmarks.training_throughput``: the float32 and bfloat16 matmul peaks, then training
+  tokens/s and model FLOP/s of ``small`` and ``base`` in float32 / bfloat16, XLA off / on, on
+  real token-budget batches;
+* ``benchmarks.decoding``: greedy and beam 4 on real test sentences (cache on/off, XLA on/off,
+  batch sizes), decode time vs output length, and CTranslate2 float32 on the same weights;
+* ``benchmarks.input_pipeline``: tokenization + bucketing speed.
+
+and writes OUTPUT_DIR/PART.json for each, OUTPUT_DIR/report.json (all of them plus the targets)
+and OUTPUT_DIR/report.md. The README quotes the committed benchmarks/results/report.md.
+"""
+
+import os
+import subprocess
+import sys
+
+from absl import app, flags
+
+from benchmarks import common
+
+flags.DEFINE_string("output_dir", None, "Where the JSON files and report.md go (default "
+                    "benchmarks/results, or runs/benchmarks/smoke with --smoke).")
+flags.DEFINE_string("model_dir", None, "A training run whose (averaged) weights the decoding "
+                    "benchmark uses; default a randomly initialised small model.")
+flags.DEFINE_string("checkpoint", "averaged", "With --model_dir: which checkpoint.")
+flags.DEFINE_list("parts", ["training_throughput", "decoding", "input_pipeline"],
+                  "Which benchmarks to run.")
+flags.DEFINE_bool("smoke", False, "Each part in its seconds-long smoke mode.")
+flags.DEFINE_string("data_dir", None, "Data directory of the Ding corpus (default: each part's).")
+
+FLAGS = flags.FLAGS
+PARTS = ("training_throughput", "decoding", "input_pipeline")
+TITLES = {"training_throughput": "Training throughput", "decoding": "Decoding",
+          "input_pipeline": "Input pipeline"}
+
+# The targets of the performance issue, as ratios measured in one run on one machine.
+TRAINING_TARGETS = {"base": 0.70, "small": 0.55}
+CTRANSLATE2_SPEED_TARGET = 0.5
+IDENTICAL_TARGET = 0.99
+# Cached decoding is "linear in the output length" if the time per decoder step at the longest
+# swept length is within this factor of the time per step at the shortest.
+LINEAR_STEP_FACTOR = 2.0
+
+
+def run_part(part, output):
+    command = [sys.executable, "-m", f"benchmarks.{part}", f"--output={output}"]
+    if FLAGS.smoke:
+        command.append("--smoke")
+    if FLAGS.data_dir:
+        command.append(f"--data_dir={FLAGS.data_dir}")
+    if part == "decoding" and FLAGS.model_dir:
+        command += [f"--model_dir={FLAGS.model_dir}", f"--checkpoint={FLAGS.checkpoint}"]
+    print(f"\n=== {part}: {' '.join(command[1:])} ===", flush=True)
+    code = subprocess.call(command)
+    if code != 0:
+        sys.exit(f"benchmarks: part '{part}' failed (exit status {code}); its output is above. "
+                 f"Run `{' '.join(command[1:])}` alone to repeat it.")
+    import json
+
+    with open(output) as stream:
+        return json.load(stream)
+
+
+def _target(name, measured, target, met, note=""):
+    return {"target": name, "measured": measured, "goal": target,
+            "met": "yes" if met else "**no**", "note": note}
+
+
+def training_targets(result):
+    rows = []
+    for preset, goal in TRAINING_TARGETS.items():
+        fp32 = [r for r in result["rows"] if r["preset"] == preset and r["precision"] == "float32"]
+        if not fp32:
+            continue
+        best = max(fp32, key=lambda r: r["fraction_of_fp32_peak"])
+        rows.append(_target(
+            f"training {preset} float32: model FLOP/s / fp32 matmul peak",
+            f"{100 * best['fraction_of_fp32_peak']:.0f}% (XLA {'on' if best['xla'] else 'off'})",
+            f">= {100 * goal:.0f}%", best["fraction_of_fp32_peak"] >= goal))
+    for preset in TRAINING_TARGETS:
+        for precision in ("float32", "bfloat16"):
+            pair = {r["xla"]: r for r in result["rows"]
+                    if r["preset"] == preset and r["precision"] == precision}
+            if len(pair) == 2:
+                ratio = pair[True]["tokens_per_second"] / pair[False]["tokens_per_second"]
+                rows.append(_target(
+                    f"training {preset} {precision}: XLA on / off", f"{ratio:.2f}x",
+                    "XLA on by default only where >= 1x", True,
+                    "XLA is off by default (trainers.wmt --xla)"))
+    return rows
+
+
+def decoding_targets(result):
+    rows = []
+    ours = {r["search"]: r for r in result.get("ctranslate2", []) if r["engine"] == "ours"}
+    for search, row in ours.items():
+        identical, total = (int(x) for x in row["identical"].split(" ")[0].split("/"))
+        if search == "beam4":
+            rows.append(_target(
+                "beam 4: our sentences/s / CTranslate2 float32's", f"{row['ours / CTranslate2']:.2f}",
+                f">= {CTRANSLATE2_SPEED_TARGET}",
+                row["ours / CTranslate2"] >= CTRANSLATE2_SPEED_TARGET))
+        rows.append(_target(
+            f"{search}: identical outputs to CTranslate2", f"{identical}/{total}",
+            f">= {100 * IDENTICAL_TARGET:.0f}%", identical >= IDENTICAL_TARGET * total,
+            "" if "trained" in result.get("model", "") else
+            "random weights: near-ties decide; meaningful only with --model_dir"))
+    cached = [r for r in result.get("length_sweep", []) if r["cache"] == "yes"]
+    if len(cached) >= 2:
+        first, last = cached[0], cached[-1]
+        factor = last["ms/step"] / first["ms/step"]
+        rows.append(_target(
+            f"cached decoding linear in output length: ms/step at {last['output length']} / "
+            f"at {first['output length']} tokens", f"{factor:.2f}x", f"<= {LINEAR_STEP_FACTOR}x",
+            factor <= LINEAR_STEP_FACTOR))
+    pairs = {}
+    for r in result.get("throughput", []):
+        pairs.setdefault((r["search"], r["batch"], r["cache"]), {})[r["xla"]] = r
+    for (search, batch, cache), pair in pairs.items():
+        if len(pair) == 2 and cache == "yes":
+            ratio = pair["yes"]["sentences/s"] / pair["no"]["sentences/s"]
+            rows.append(_target(f"{search} batch {batch}: XLA on / off", f"{ratio:.2f}x",
+                                "XLA on by default only where >= 1x", True,
+                                "XLA is off by default for decoding and in the SavedModel"))
+    return rows
+
+
+def report(results, output_dir):
+    machine = next(iter(results.values()))["machine"]
+    lines = [f"# Benchmark report ({'smoke run, numbers meaningless' if FLAGS.smoke else 'latest'})",
+             "", f"Machine: {machine['cpu']}, {machine['cpus']} CPUs; TensorFlow "
+             f"{machine['tensorflow']}; {machine['date']}; load average at the start "
+             f"{machine['load_average'][0]}. Command: `python -m benchmarks"
+             + (f" --model_dir={FLAGS.model_dir}" if FLAGS.model_dir else "") + "`.", ""]
+    targets = []
+    if "training_throughput" in results:
+        peaks = results["training_throughput"]["matmul_peak_flops"]
+        lines += [f"Matmul peak measured in the same run ({results['training_throughput']['matmul_size']}"
+                  f"^3): float32 {peaks['float32'] / 1e9:,.1f} GFLOP/s, bfloat16 "
+                  f"{peaks['bfloat16'] / 1e9:,.1f} GFLOP/s.", ""]
+        targets += training_targets(results["training_throughput"])
+    if "decoding" in results:
+        targets += decoding_targets(results["decoding"])
+    if targets:
+        lines += ["## Targets", "", common.markdown(targets, ["target", "measured", "goal", "met",
+                                                             "note"]), ""]
+    for part, result in results.items():
+        lines += [f"## {TITLES[part]}", ""]
+        if part == "training_throughput":
+            data = result["data"]
+            lines += [f"{data['batches']} real batches of {data['dataset']} train, "
+                      f"{data['token_budget']:,} tokens per side budget, vocabulary "
+                      f"{data['vocab_size']:,}; FLOPs count real tokens only; median [min, max] "
+                      f"of {result['runs']} passes.", ""]
+        if part == "decoding":
+            lines += [f"{result['model']}; median [min, max] of {result['runs']} runs.", ""]
+        tables = result["markdown"]
+        lines += ["\n\n".join(tables.values()) if isinstance(tables, dict) else tables, ""]
+    text = "\n".join(lines)
+    from keras_transformer.tokenizer import atomic_write
+
+    atomic_write(os.path.join(output_dir, "report.md"), text.encode("utf-8"))
+    common.write_json(os.path.join(output_dir, "report.json"),
+                      {"smoke": FLAGS.smoke, "targets": targets, **results})
+    return text
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    unknown = set(FLAGS.parts) - set(PARTS)
+    if unknown or not FLAGS.parts:
+        raise app.UsageError(f"--parts={','.join(FLAGS.parts)}: choose from {', '.join(PARTS)}.")
+    output_dir = FLAGS.output_dir or (os.path.join("runs", "benchmarks", "smoke") if FLAGS.smoke
+                                      else os.path.join("benchmarks", "results"))
+    os.makedirs(output_dir, exist_ok=True)
+    results = {part: run_part(part, os.path.join(output_dir, f"{part}.json"))
+               for part in PARTS if part in FLAGS.parts}
+    print("\n" + report(results, output_dir))
+    print(f"\nwrote {output_dir}/report.md and report.json")
+
+
+if __name__ == "__main__":
+    app.run(main)
