@@ -14,7 +14,9 @@ Runs, each in a fresh process (so each measures its own memory and thread pools)
 * ``benchmarks.input_pipeline``: tokenization + bucketing speed.
 
 and writes OUTPUT_DIR/PART.json for each, OUTPUT_DIR/report.json (all of them plus the targets)
-and OUTPUT_DIR/report.md. The README quotes the committed benchmarks/results/report.md.
+and OUTPUT_DIR/report.md. With --parts, the parts not run are taken from OUTPUT_DIR's earlier
+JSON files, each section stating when it was measured. The README quotes the committed
+benchmarks/results/report.md.
 """
 
 import os
@@ -31,7 +33,8 @@ flags.DEFINE_string("model_dir", None, "A training run whose (averaged) weights 
                     "benchmark uses; default a randomly initialised small model.")
 flags.DEFINE_string("checkpoint", "averaged", "With --model_dir: which checkpoint.")
 flags.DEFINE_list("parts", ["training_throughput", "decoding", "input_pipeline"],
-                  "Which benchmarks to run.")
+                  "Which benchmarks to run (the others' earlier results in --output_dir are "
+                  "reported again).")
 flags.DEFINE_bool("smoke", False, "Each part in its seconds-long smoke mode.")
 flags.DEFINE_string("data_dir", None, "Data directory of the Ding corpus (default: each part's).")
 
@@ -62,9 +65,13 @@ def run_part(part, output):
     if code != 0:
         sys.exit(f"benchmarks: part '{part}' failed (exit status {code}); its output is above. "
                  f"Run `{' '.join(command[1:])}` alone to repeat it.")
+    return read_part(output)
+
+
+def read_part(path):
     import json
 
-    with open(output) as stream:
+    with open(path) as stream:
         return json.load(stream)
 
 
@@ -152,7 +159,9 @@ def report(results, output_dir):
         lines += ["## Targets", "", common.markdown(targets, ["target", "measured", "goal", "met",
                                                              "note"]), ""]
     for part, result in results.items():
-        lines += [f"## {TITLES[part]}", ""]
+        measured = result["machine"]
+        lines += [f"## {TITLES[part]}", "", f"Measured {measured['date']}, load average "
+                  f"{measured['load_average'][0]} at the start.", ""]
         if part == "training_throughput":
             data = result["data"]
             lines += [f"{data['batches']} real batches of {data['dataset']} train, "
@@ -181,8 +190,14 @@ def main(argv):
     output_dir = FLAGS.output_dir or (os.path.join("runs", "benchmarks", "smoke") if FLAGS.smoke
                                       else os.path.join("benchmarks", "results"))
     os.makedirs(output_dir, exist_ok=True)
-    results = {part: run_part(part, os.path.join(output_dir, f"{part}.json"))
-               for part in PARTS if part in FLAGS.parts}
+    results = {}
+    for part in PARTS:
+        path = os.path.join(output_dir, f"{part}.json")
+        if part in FLAGS.parts:
+            results[part] = run_part(part, path)
+        elif os.path.exists(path):
+            print(f"\n=== {part}: not run; reporting the earlier results in {path} ===")
+            results[part] = read_part(path)
     print("\n" + report(results, output_dir))
     print(f"\nwrote {output_dir}/report.md and report.json")
 

@@ -166,7 +166,7 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
             return result.ids, result.lengths, result.steps
         beam = int(search[len("beam"):])
         result = decoding.beam_search(step, start, cache, beam, alpha, buffer, END_ID,
-                                      max_lengths=limits)
+                                      max_lengths=limits, n_best=1)  # as translate_text
         return result.ids[:, 0], result.lengths[:, 0], result.steps
 
     return tf.function(run, jit_compile=xla)
@@ -244,7 +244,7 @@ def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, ext
                                                              extra_length=extra_length))
 
     def translate(source_ids):
-        out = translator.translate_ids(source_ids)
+        out = translator.translate_ids(source_ids, n_best=1)  # as translate_text
         return out["ids"][:, 0], out["lengths"][:, 0], tf.reduce_max(out["lengths"])
 
     fixed = model.config.max_length + extra_length
@@ -291,7 +291,7 @@ def make_ours_for_comparison(model, beam_size, extra_length):
             result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits)
             return result.ids
         return decoding.beam_search(step, start, cache, beam_size, 0.0, buffer, END_ID,
-                                    max_lengths=limits).ids[:, 0]
+                                    max_lengths=limits, n_best=1).ids[:, 0]
 
     return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 

@@ -6,9 +6,9 @@
 
 Measures examples/s and tokens/s (real subword tokens of both sides; padded tokens in
 brackets) for one epoch of token-budget batches (text cached in memory, so this is
-tokenization + bucketing + padding, not disk), for the two bucket grids (multiples of 8,
-the default, and tensor2tensor's unrounded x1.1 grid), and for the training configuration
-(shuffle + repeat). Prints a table and writes the numbers as JSON. Not a test: timings
+tokenization + bucketing + padding, not disk), for the two bucket grids (multiples of 8, the
+trainer's with --xla, and tensor2tensor's exact x1.1 grid, the trainer's without XLA), and for
+the training configuration of the data flags (shuffle + repeat). Prints a table and writes the numbers as JSON. Not a test: timings
 depend on the machine and its load.
 """
 
@@ -77,7 +77,8 @@ def main(argv):
         for _ in range(epochs):
             result = _count(batches)
             totals = [a + b for a, b in zip(totals, result[:5])] + [result[5]]
-        name = f"epoch, grid x{multiple} ({len(spec.boundaries)} buckets)"
+        name = (f"epoch, grid x{multiple} ({len(spec.boundaries)} buckets): "
+                + ("with --xla" if multiple == 8 else "without XLA (tensor2tensor's grid)"))
         rows.append(_row(name, *totals))
     training = batching.make_batches(pairs, tokenizer, data.bucket_spec(config),
                                      shuffle_buffer=20000, seed=config.seed, repeat=True)
@@ -88,12 +89,12 @@ def main(argv):
     print(f"input pipeline: {config.dataset} {split}, vocabulary {tokenizer.vocab_size}, "
           f"token budget {config.token_budget}/side, max_length {config.max_length}, "
           f"{os.cpu_count()} CPUs")
-    header = (f"{'run':<44} {'batches':>8} {'examples/s':>11} {'tokens/s':>10} "
+    header = (f"{'run':<68} {'batches':>8} {'examples/s':>11} {'tokens/s':>10} "
               f"{'(padded)':>10} {'padding':>8} {'shapes':>7}")
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['run']:<44} {r['batches']:>8} {r['examples_per_s']:>11,.0f} "
+        print(f"{r['run']:<68} {r['batches']:>8} {r['examples_per_s']:>11,.0f} "
               f"{r['tokens_per_s']:>10,.0f} {r['padded_tokens_per_s']:>10,.0f} "
               f"{r['padding_fraction']:>8.1%} {r['distinct_shapes']:>7}")
     table = common.markdown(

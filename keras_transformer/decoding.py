@@ -74,6 +74,7 @@ def beam_search(
     max_lengths=None,
     pad_id=0,
     early_stop=True,
+    n_best=None,
 ):
     """Batched beam search with the GNMT length penalty, returning the n-best list (section 6.1).
 
@@ -89,6 +90,9 @@ def beam_search(
       max_lengths: optional int ``[batch]`` per-example limits, clipped to [1, max_decode_length].
       pad_id: written after EOS and into unused columns.
       early_stop: stop an example once no alive hypothesis can still enter its n-best list.
+      n_best: how many of the best finished hypotheses must be final before an example stops
+        (default ``beam_size``). A translator that keeps only the best passes 1: the same best
+        hypothesis, in fewer steps (the rest of the list may then be incomplete).
 
     Returns:
       A ``DecodeResult`` with the n-best list sorted best first.
@@ -112,6 +116,9 @@ def beam_search(
     if alpha.shape.rank != 0:
         raise ValueError(f"beam_search: alpha must be a scalar, got shape {alpha.shape}.")
     k = beam_size
+    n_best = _check_static_int("n_best", k if n_best is None else n_best, minimum=1)
+    if n_best > k:
+        raise ValueError(f"beam_search: n_best={n_best} exceeds beam_size={k}.")
     row_offsets = tf.range(batch)[:, None] * k  # turns [batch, k] beam indices into rows
 
     seq = _start_buffer(initial_ids, length, pad_id)
@@ -136,9 +143,10 @@ def beam_search(
             return no_alive
         max_lp = tf.maximum(length_penalty(s["i"] + 1, alpha), length_penalty(limits, alpha))
         bound = best_alive / max_lp
-        worst_finished = tf.reduce_min(s["finished_scores"], axis=1)
-        full = tf.reduce_all(s["finished_flags"], axis=1)
-        return no_alive | (full & (bound <= worst_finished))
+        # The finished list is sorted best first: its n_best-th entry is the one to beat.
+        nth_finished = s["finished_scores"][:, n_best - 1]
+        settled = tf.reduce_all(s["finished_flags"][:, :n_best], axis=1)
+        return no_alive | (settled & (bound <= nth_finished))
 
     def cond(s):
         return (s["i"] < length) & ~tf.reduce_all(done_per_example(s))

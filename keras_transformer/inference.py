@@ -76,9 +76,10 @@ class Translator(tf.Module):
         ids = tf.concat([tf.cast(pieces, tf.int32), end], axis=1).to_tensor(self.tokenizer.pad_id)
         return ids, truncated, pieces.row_lengths() == 0
 
-    def translate_ids(self, source_ids):
+    def translate_ids(self, source_ids, n_best=None):
         """int32 [batch, length] (subwords + EOS, 0-padded) -> n-best ``{"ids": [batch, beam, L],
-        "scores": [batch, beam], "lengths": [batch, beam]}`` sorted best first."""
+        "scores": [batch, beam], "lengths": [batch, beam]}`` sorted best first. ``n_best=1``: only
+        the best is needed (the search stops sooner; the other entries may be incomplete)."""
         source_ids = tf.cast(source_ids, tf.int32)
         memory, memory_mask = self.model.encode(source_ids)
         # The key/value cache, unlike the ids buffer, is sized per batch: its longest possible output
@@ -105,14 +106,14 @@ class Translator(tf.Module):
             symbols_to_logits_fn, start, cache, beam_size=self.decoding.beam_size,
             alpha=self.decoding.alpha, max_decode_length=self.max_decode_length,
             eos_id=self.tokenizer.end_id, max_lengths=tf.minimum(source_lengths + extra, cache_length),
-            pad_id=self.tokenizer.pad_id)
+            pad_id=self.tokenizer.pad_id, n_best=n_best)
         return {"ids": result.ids, "scores": result.scores, "lengths": result.lengths}
 
     def translate_text(self, texts):
         """tf.string [batch] -> ``{"translations": tf.string, "scores": float32, "truncated": bool}``,
         each [batch]; the score is the best hypothesis' log P / length penalty."""
         source_ids, truncated, empty = self.source_ids(texts)
-        best = self.translate_ids(source_ids)
+        best = self.translate_ids(source_ids, n_best=1)
         translations = self.tokenizer.detokenize(best["ids"][:, 0])
         return {"translations": tf.where(empty, tf.constant("", tf.string), translations),
                 "scores": tf.where(empty, 0.0, best["scores"][:, 0]),

@@ -291,6 +291,32 @@ def test_early_stop_changes_nothing(long_model, alpha):
             assert int(early.steps) < LONG
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
+@pytest.mark.parametrize("n_best", [1, 2])
+def test_n_best_keeps_the_exhaustive_top_n_and_stops_no_later(model, alpha, n_best):
+    beam_size = EXACT_BEAM
+    full = run_beam(model, LENGTH, beam_size, alpha, max_lengths=LIMITS)
+    short = run_beam(model, LENGTH, beam_size, alpha, max_lengths=LIMITS, n_best=n_best)
+    assert int(short.steps) <= int(full.steps)
+    for b, limit in enumerate(LIMITS):
+        reference = model.np_exhaustive(b, limit, alpha)[:n_best]
+        got = hypotheses(short.ids.numpy()[b, :n_best], short.lengths.numpy()[b, :n_best])
+        assert got == [h for _, h in reference]
+        np.testing.assert_allclose(short.scores.numpy()[b, :n_best], [s for s, _ in reference],
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_n_best_one_stops_sooner_with_the_same_best(long_model):
+    for alpha in (0.0, 0.6):
+        full = run_beam(long_model, LONG, 4, alpha)
+        best_only = run_beam(long_model, LONG, 4, alpha, n_best=1)
+        np.testing.assert_array_equal(best_only.ids.numpy()[:, 0], full.ids.numpy()[:, 0])
+        np.testing.assert_array_equal(best_only.scores.numpy()[:, 0], full.scores.numpy()[:, 0])
+        assert int(best_only.steps) <= int(full.steps)
+    with pytest.raises(ValueError, match="n_best=5 exceeds beam_size=4"):
+        run_beam(long_model, LONG, 4, 0.0, n_best=5)
+
+
 def crafted_table(rules, length):
     """Log-probability table [length, VOCAB, VOCAB] from {(step, previous token): {token: p}};
     unlisted contexts end (EOS), unlisted tokens get a tiny probability."""

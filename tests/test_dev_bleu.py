@@ -57,3 +57,21 @@ def test_logs_the_sacrebleu_of_the_current_weights_and_keeps_the_best(translator
 def test_mismatched_subset_is_refused(translator):
     with pytest.raises(ValueError, match="as many references as sources"):
         DevBleu(translator.tokenizer, SENTENCES, SENTENCES[:1])
+
+
+def test_a_failing_evaluation_is_reported_and_training_goes_on(translator, tmp_path, caplog):
+    callback = DevBleu(translator.tokenizer, SENTENCES, SENTENCES, translator.decoding)
+    callback.trainer = fake_trainer(translator, str(tmp_path))
+
+    def broken(texts):
+        raise ValueError("Tensor conversion requested dtype string for Tensor with dtype int32\n"
+                         "  (second line of the message)")
+
+    callback._translate = broken
+    logs = {}
+    with caplog.at_level("WARNING"):
+        callback.on_dev(1000, logs)
+    assert np.isnan(logs["bleu"])
+    assert "dev BLEU failed at step 1000 (training goes on): ValueError: Tensor conversion" in (
+        caplog.text)
+    assert "second line" not in caplog.text

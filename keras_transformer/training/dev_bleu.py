@@ -11,6 +11,7 @@ import os
 from typing import Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from keras_transformer.evaluation import sacrebleu_score
 from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
@@ -45,7 +46,15 @@ class DevBleu(Callback):
         return self._translate
 
     def on_dev(self, step, logs):
-        results = translate_in_batches(self._translate_fn(), self.sources, self.batch_size)
+        try:
+            results = translate_in_batches(self._translate_fn(), self.sources, self.batch_size)
+        except (tf.errors.OpError, ValueError, TypeError) as error:
+            # A diagnostic must not end a long training run; the failure is shown, not hidden.
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            logging.warning("dev BLEU failed at step %d (training goes on): %s: %s", step,
+                            type(error).__name__, first_line)
+            logs["bleu"] = float("nan")
+            return
         bleu = sacrebleu_score([r["translation"] for r in results], self.references)
         logs["bleu"] = bleu.score
         if self.keep_best and self.trainer.chief and (self.best is None or bleu.score > self.best):
