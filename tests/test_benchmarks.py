@@ -13,9 +13,16 @@ pytest.importorskip("ctranslate2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope="module")
-def smoke_report(tmp_path_factory):
-    output = tmp_path_factory.mktemp("benchmarks")
+def test_smoke_run_reports_every_part(tmp_path):
+    # One test, not a module fixture shared by several: under pytest-xdist each worker would
+    # run the fixture (minutes) again.
+    result = smoke_report(tmp_path)
+    check_training_rows(result)
+    check_decoding_rows(result)
+    check_report(result)
+
+
+def smoke_report(output):
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--smoke", f"--output_dir={output}",
          f"--data_dir={output / 'data'}"],
@@ -27,7 +34,7 @@ def smoke_report(tmp_path_factory):
     return report, (output / "report.md").read_text(), result.stdout
 
 
-def test_training_rows_cover_presets_precisions_and_xla(smoke_report):
+def check_training_rows(smoke_report):
     report, _, _ = smoke_report
     result = report["training_throughput"]
     peaks = result["matmul_peak_flops"]
@@ -55,7 +62,8 @@ def test_training_rows_cover_presets_precisions_and_xla(smoke_report):
         assert row["peak_memory_bytes"] > 100 * 2**20  # TensorFlow alone is more than that
 
 
-def test_decoding_rows_and_the_ctranslate2_comparison(smoke_report):
+def check_decoding_rows(smoke_report):
+    """Every decoding configuration and the CTranslate2 comparison are there."""
     report, _, _ = smoke_report
     result = report["decoding"]
     kinds = {(r["search"], r["cache"], r["xla"]) for r in result["throughput"]}
@@ -69,7 +77,8 @@ def test_decoding_rows_and_the_ctranslate2_comparison(smoke_report):
     assert lengths == sorted(lengths) and lengths
 
 
-def test_report_states_machine_targets_and_every_table(smoke_report):
+def check_report(smoke_report):
+    """The report states the machine, the targets and every table."""
     report, markdown, stdout = smoke_report
     targets = {t["target"]: t for t in report["targets"]}
     assert any(name.startswith("beam 4: our sentences/s") for name in targets)
