@@ -76,7 +76,8 @@ def data_config(xla: bool = False, **overrides) -> DataConfig:
         vocab_path=FLAGS.vocab_path,
         max_length=FLAGS.max_length,
         token_budget=FLAGS.token_budget,
-        bucket_multiple=FLAGS.bucket_multiple or bucket_multiple_for(xla),
+        bucket_multiple=(bucket_multiple_for(xla) if FLAGS.bucket_multiple is None
+                         else FLAGS.bucket_multiple),
     )
     values.update(overrides)
     try:
