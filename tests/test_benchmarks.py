@@ -97,7 +97,7 @@ def check_report(smoke_report):
 
 
 def test_targets_are_judged_against_the_issue_goals():
-    from benchmarks.__main__ import decoding_targets, training_targets
+    from benchmarks.targets import decoding_targets, training_targets
 
     def row(preset, precision, xla, fraction, tokens):
         return {"preset": preset, "precision": precision, "xla": xla,
