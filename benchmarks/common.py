@@ -51,7 +51,7 @@ class PeakMemory:
 
     Linux resets the high-water mark (VmHWM) when "5" is written to /proc/self/clear_refs, so
     one process can measure several configurations one after another. Elsewhere the value is
-    the process' peak so far (``peak_is_since_start`` tells which).
+    the process' peak so far.
     """
 
     def __enter__(self):
@@ -61,9 +61,8 @@ class PeakMemory:
         try:
             with open("/proc/self/clear_refs", "w") as stream:
                 stream.write("5")
-            self.peak_is_since_start = False
         except OSError:
-            self.peak_is_since_start = True
+            pass  # no reset: the peak since the process started
         self.start_bytes = _status_bytes("VmRSS:")
         self.bytes = self.added_bytes = 0
         return self

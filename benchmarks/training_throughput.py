@@ -64,13 +64,12 @@ def parameter_counts(model):
     return count(model.encoder), count(model.decoder), config.output_vocab_size * config.d_model
 
 
-def real_batches(config, count):
+def real_batches(config, tokenizer, count):
     """``count`` training batches as the trainer sees them, and their padding statistics."""
     import numpy as np
 
     from keras_transformer import data
 
-    tokenizer, _ = data.load_or_learn_tokenizer(config)
     dataset = data.make_dataset(config, tokenizer, "train", training=True, repeat=True)
     batches = list(dataset.take(count))
     real = padded = 0
@@ -160,10 +159,12 @@ def main(argv):
     peaks = {dtype: common.matmul_peak(size, dtype) for dtype in ("float32", "bfloat16")}
     print(f"matmul peak ({size}^3): float32 {peaks['float32'] / 1e9:,.1f} GFLOP/s, bfloat16 "
           f"{peaks['bfloat16'] / 1e9:,.1f} GFLOP/s", flush=True)
-    batches = {xla: real_batches(config, count) for xla, config in configs.items()}
     from keras_transformer import data
 
     tokenizer, _ = data.load_or_learn_tokenizer(configs[False])
+    # One set per distinct configuration (both XLA settings share one if --bucket_multiple is given).
+    by_config = {config: real_batches(config, tokenizer, count) for config in set(configs.values())}
+    batches = {xla: by_config[config] for xla, config in configs.items()}
     rows = []
     for preset in presets:
         for precision in precisions:
@@ -181,7 +182,7 @@ def main(argv):
     print(f"\n{count} batches of {config.dataset} train, {config.token_budget} tokens/side "
           f"budget\n\n{table}")
     result = {"machine": common.machine(), "matmul_size": size,
-              "matmul_peak_flops": peaks, "matmul_peak_flops_float32": peaks["float32"],
+              "matmul_peak_flops": peaks,
               "data": {"dataset": config.dataset, "token_budget": config.token_budget,
                        "vocab_size": tokenizer.vocab_size, "batches": count,
                        "without_xla": batches[False][1], "with_xla": batches[True][1]},

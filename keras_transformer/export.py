@@ -32,6 +32,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.export_ctranslate2 import export_ctranslate2
+from keras_transformer.inference import TEXT_INPUT_SPEC
 
 TEXT_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
@@ -118,7 +119,7 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
         if text_signature:
             archive.track(translator.tokenizer)
             archive.add_endpoint(TEXT_SIGNATURE, translator.translate_text,
-                                 input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+                                 input_signature=[TEXT_INPUT_SPEC])
         archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
                              input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
         archive.write_out(output, verbose=False)

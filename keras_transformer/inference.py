@@ -47,6 +47,10 @@ class DecodingConfig:
             raise ValueError(f"extra_length must be a positive integer, got {self.extra_length!r}.")
 
 
+# The input of every text translation function: a batch of sentences, as TF Serving sends them.
+TEXT_INPUT_SPEC = tf.TensorSpec([None], tf.string, name="inputs")
+
+
 class Translator(tf.Module):
     """A model, its tokenizer and search settings; see the module docstring."""
 
@@ -118,6 +122,11 @@ class Translator(tf.Module):
         return {"translations": tf.where(empty, tf.constant("", tf.string), translations),
                 "scores": tf.where(empty, 0.0, best["scores"][:, 0]),
                 "truncated": truncated}
+
+    def text_function(self):
+        """``translate_text`` as a ``tf.function`` over any batch of strings (the signature the
+        SavedModel serves), traced once; it reads the model's variables on every call."""
+        return tf.function(self.translate_text, input_signature=[TEXT_INPUT_SPEC])
 
 
 def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch_size: int = 32,

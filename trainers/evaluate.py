@@ -90,8 +90,6 @@ def read_pairs(config, split, limit):
 
 
 def load_translate_fn():
-    import tensorflow as tf
-
     from keras_transformer import inference
 
     try:
@@ -103,9 +101,7 @@ def load_translate_fn():
             FLAGS.vocab_path)
     except ValueError as error:
         fail(error)
-    function = tf.function(translator.translate_text,
-                           input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-    return function, FLAGS.model_dir
+    return translator.text_function(), FLAGS.model_dir
 
 
 def check_flags():

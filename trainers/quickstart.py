@@ -317,8 +317,7 @@ def stage_evaluate(config, checkpoint):
             inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha))
     except ValueError as error:
         fail("evaluate", str(error))
-    translate = tf.function(translator.translate_text,
-                            input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    translate = translator.text_function()
     started, done = time.monotonic(), [0]
     step = max(len(sources) // 10, 1)
 
@@ -399,7 +398,7 @@ def report(counts, summary, averaged, result, eval_seconds, paths, samples, wall
         f"{summary['wall_seconds'] / 60:.1f} min, {summary['tokens_per_second']:,.0f} tokens/s "
         f"(source+target), final train loss {summary.get('final_train_loss') or float('nan'):.3f}"
         + (f", dev loss {summary['final_dev_loss']:.3f}" if summary.get("final_dev_loss") else ""),
-        f"weights     " + (f"average of the last {len(averaged)} checkpoints"
+        "weights     " + (f"average of the last {len(averaged)} checkpoints"
                            if FLAGS.average_last else "last checkpoint"),
         f"test BLEU   (beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, {result.sentences:,} sentences, "
         f"{eval_seconds:.0f} s)",
@@ -407,7 +406,7 @@ def report(counts, summary, averaged, result, eval_seconds, paths, samples, wall
         f"  {result.tokenized}",
         f"export      {paths[0]}",
         f"            {paths[1]} (token ids only, core TensorFlow ops)",
-        f"samples     (through the exported model)",
+        "samples     (through the exported model)",
     ]
     for sample in samples:
         lines += [f"  EN  {sample['source']}", f"  DE  {sample['translation']}"]

@@ -89,8 +89,6 @@ def check_flags():
 
 def load_translate_fn():
     """tf.string [batch] -> {"translations", "scores", "truncated"}, traced once."""
-    import tensorflow as tf
-
     from keras_transformer import inference
 
     if FLAGS.saved_model is not None:
@@ -109,9 +107,7 @@ def load_translate_fn():
                                                FLAGS.vocab_path)
     except ValueError as error:
         fail(error)
-    function = tf.function(translator.translate_text,
-                           input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-    return function, FLAGS.model_dir
+    return translator.text_function(), FLAGS.model_dir
 
 
 def write_output(lines):

@@ -41,8 +41,7 @@ class DevBleu(Callback):
         # Traced once; it reads the model's variables, so it always translates with the current weights.
         if self._translate is None:
             translator = Translator(self.trainer.model, self.tokenizer, self.decoding_config)
-            self._translate = tf.function(translator.translate_text,
-                                          input_signature=[tf.TensorSpec([None], tf.string)])
+            self._translate = translator.text_function()
         return self._translate
 
     def on_dev(self, step, logs):
