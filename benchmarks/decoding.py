@@ -19,9 +19,13 @@ shapes; the first pass over the batches (tracing, compiling) is reported separat
 The length sweep forces every output to exactly N tokens (EOS masked, limit N) and reports the time
 per sentence and per decoder step: constant per step with the cache, growing with N without it.
 
-Translator rows time ``inference.Translator.translate_ids`` itself (what the SavedModel runs: its
-key/value cache sized per batch, padded source width + extra_length), next to a search whose cache
-has the fixed max_length + extra_length slots (the Translator before that change), in one run.
+The cached search without XLA is the Translator's (``model.decoding_function``): the self-attention
+keys/values grow by one step per step and the encoder's keys/values are kept once per sentence;
+XLA needs fixed shapes, so with XLA they are buffers of the batch's output buffer length.
+
+Translator rows time ``inference.Translator.translate_ids`` itself (what the SavedModel runs) next
+to the cache it had before (fixed buffers of padded source width + extra_length, encoder keys and
+values copied and reordered per beam), in one run.
 
 The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
 weights with ``keras_transformer.export_ctranslate2`` and decodes the same test sentences, batched
@@ -123,12 +127,15 @@ def load_model_and_sentences():
 
 
 def make_search(model, search, cached, xla, extra_length, alpha, forced_length=None,
-                fixed_buffer=None):
+                per_beam_buffers=False):
     """A tf.function: source_ids [batch, length] -> (best ids, best lengths, decoder steps).
 
-    The output buffer holds ``length + extra_length`` tokens, or ``fixed_buffer`` (the Translator's
-    ``max_length + extra_length`` for every batch), or ``forced_length`` with EOS masked so every
-    output has exactly that many tokens."""
+    The output buffer holds ``length + extra_length`` tokens, or ``forced_length`` with EOS masked
+    so every output has exactly that many tokens. The cache is the Translator's
+    (``model.decoding_function``: growing self-attention keys/values, encoder keys/values once per
+    sentence); with XLA, fixed-size buffers of the output buffer's length. ``per_beam_buffers``: the
+    cache before that, fixed-size buffers with the encoder's keys/values copied and reordered per
+    beam (the whole ``model.init_cache`` given to the search)."""
     import tensorflow as tf
 
     from keras_transformer import decoding
@@ -140,18 +147,21 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
 
     def run(source_ids):
         batch, length = tf.shape(source_ids)[0], source_ids.shape[1]
-        buffer = forced_length or fixed_buffer or length + extra_length
+        buffer = forced_length or length + extra_length
         if forced_length:
             limits = tf.fill([batch], forced_length)
         else:
             limits = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), 1) + extra_length
         memory, memory_mask = model.encode(source_ids)
-        if cached:
+        if per_beam_buffers:
             cache = model.init_cache(memory, memory_mask, buffer)
 
             def step(ids, i, cache):
                 logits, cache = model.decode_step(ids[:, i], i, cache)
                 return logits + mask, cache
+        elif cached:
+            cache, step = model.decoding_function(memory, memory_mask, buffer if xla else None,
+                                                  logits_bias=mask)
         else:
             cache = {"memory": memory, "memory_mask": memory_mask}
 
@@ -232,8 +242,9 @@ def _timed_row(fields, count, timing):
 
 
 def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, extra_length, runs):
-    """Translator.translate_ids (cache sized per batch) against a search with the fixed
-    max_length + extra_length cache, beam of --searches[0] (or 4), on the same batches."""
+    """Translator.translate_ids (growing cache, encoder keys/values per sentence) against the cache
+    it had before (fixed input + extra_length buffers, encoder keys/values per beam), beam of
+    --searches[0] (or 4), on the same batches."""
     import tensorflow as tf
 
     from keras_transformer.inference import DecodingConfig, Translator
@@ -247,16 +258,16 @@ def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, ext
         out = translator.translate_ids(source_ids, n_best=1)  # as translate_text
         return out["ids"][:, 0], out["lengths"][:, 0], tf.reduce_max(out["lengths"])
 
-    fixed = model.config.max_length + extra_length
     rows = []
     for batch_size in batch_sizes:
         count = min(len(sentences), max(batch_size, min_sentences))
         batches = batches_of(tokenizer, sentences[:count], batch_size)
         for label, function in [
-                (f"fixed max_length+{extra_length} = {fixed} (old Translator)",
+                (f"fixed input+{extra_length}, encoder keys/values per beam (before)",
                  make_search(model, f"beam{beam}", True, False, extra_length, FLAGS.alpha,
-                             fixed_buffer=fixed)),
-                (f"Translator.translate_ids (cache input+{extra_length})", tf.function(translate))]:
+                             per_beam_buffers=True)),
+                ("Translator.translate_ids (grows, encoder keys/values per sentence)",
+                 tf.function(translate))]:
             rows.append(_timed_row({"search": f"beam{beam}", "batch": batch_size, "cache": "yes",
                                     "xla": "no", "buffer": label}, count,
                                    time_batches(function, batches, runs)))
@@ -266,7 +277,7 @@ def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, ext
 
 
 def make_ours_for_comparison(model, beam_size, extra_length):
-    """Our search as the Translator runs it (cache sized per batch, pad/start masked), alpha 0 and
+    """Our search as the Translator runs it (its cache, pad/start masked), alpha 0 and
     one length limit for the whole batch (CTranslate2's max_decoding_length)."""
     import tensorflow as tf
 
@@ -280,12 +291,7 @@ def make_ours_for_comparison(model, beam_size, extra_length):
         batch = tf.shape(source_ids)[0]
         limit = tf.minimum(tf.shape(source_ids)[1], model.config.max_length) + extra_length
         memory, memory_mask = model.encode(source_ids)
-        cache = model.init_cache(memory, memory_mask, limit)
-
-        def step(ids, i, cache):
-            logits, cache = model.decode_step(ids[:, i], i, cache)
-            return logits + never, cache
-
+        cache, step = model.decoding_function(memory, memory_mask, logits_bias=never)
         start, limits = tf.fill([batch], START_ID), tf.fill([batch], limit)
         if beam_size == 1:
             result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits)
@@ -414,7 +420,8 @@ def main(argv):
                     row = _timed_row(
                         {"search": search, "batch": batch_size, "cache": "yes" if cached else "no",
                          "xla": "yes" if xla else "no",
-                         "buffer": f"input+{extra_length} (padded to {BUCKET})"},
+                         "buffer": ("grows" if cached and not xla else
+                                    f"input+{extra_length} (padded to {BUCKET})")},
                         count, time_batches(function, batches, runs))
                     rows.append(row)
                     print(f"  {search} batch={batch_size} cache={row['cache']} xla={row['xla']}: "

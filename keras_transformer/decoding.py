@@ -12,12 +12,16 @@ through one narrow function, the ``symbols_to_logits_fn`` of TF Model Garden's b
 * ``i``: scalar int32 step. The logits are for the token at position ``i + 1``; an incremental
   decoder only needs ``ids[:, i]`` (e.g. ``model.decode_step(ids[:, i], i, cache)``).
 * ``cache``: a nested structure (dicts, lists, tuples) of tensors, every leaf with leading
-  dimension ``rows``, whose shapes never change between steps (fixed-size key/value buffers).
-  The search tiles the caller's cache from ``batch`` to ``batch * beam_size`` rows and reorders it
-  with a gather along axis 0 after every step, so the step function never sees beam bookkeeping.
+  dimension ``rows``. A leaf may change its other dimensions from step to step (a key/value cache
+  that grows by one position per step); under XLA every shape must stay fixed (fixed-size
+  buffers). The search tiles the caller's cache from ``batch`` to ``batch * beam_size`` rows and
+  reorders it with a gather along axis 0 after every step, so the step function never sees beam
+  bookkeeping. What is the same for every beam of a sentence (e.g. the encoder output's keys and
+  values) need not be in the cache: the step function may capture it per sentence.
 
-Both searches run one ``tf.while_loop`` whose loop variables keep static shapes, so they run
-eagerly, inside ``tf.function`` and under ``tf.function(jit_compile=True)``.
+Both searches run one ``tf.while_loop``; apart from growing cache leaves its loop variables keep
+static shapes, so the searches run eagerly, inside ``tf.function`` and under
+``tf.function(jit_compile=True)``.
 
 Conventions shared by both searches:
 
@@ -172,10 +176,7 @@ def beam_search(
         alive_log_probs, alive_pos = tf.math.top_k(tf.where(ends, _NEG_INF, top_log_probs), k=k)
         alive_beam = tf.gather(top_beam, alive_pos, batch_dims=1)
         alive_rows = tf.reshape(alive_beam + row_offsets, [-1])
-        alive_cache = tf.nest.map_structure(
-            lambda new, old: _set_shape(tf.gather(new, alive_rows), old),
-            new_cache, s["alive_cache"],
-        )
+        alive_cache = tf.nest.map_structure(lambda new: tf.gather(new, alive_rows), new_cache)
 
         # Finished: ending extensions ranked within the best k join the n-best list.
         finishing = ends & valid & (tf.range(2 * k) < k)[None, :]
@@ -203,7 +204,7 @@ def beam_search(
             ),
         )
 
-    state = _while(cond, body, state, length)
+    state = _while(cond, body, state, length, cache_key="alive_cache")
     flags = state["finished_flags"]
     return DecodeResult(
         ids=tf.where(flags[:, :, None], state["finished_seq"][:, :, 1:], pad_id),
@@ -260,10 +261,10 @@ def greedy_search(
             log_probs=tf.where(finished, s["log_probs"], s["log_probs"] + best_log_prob[:, 0]),
             finished=finished | ends,
             lengths=tf.where(ends, new_length, s["lengths"]),
-            cache=tf.nest.map_structure(_set_shape, new_cache, s["cache"]),
+            cache=new_cache,
         )
 
-    state = _while(cond, body, state, length)
+    state = _while(cond, body, state, length, cache_key="cache")
     return DecodeResult(
         ids=state["seq"][:, 1:],
         scores=state["log_probs"] / length_penalty(state["lengths"], alpha),
@@ -272,19 +273,43 @@ def greedy_search(
     )
 
 
+def compiling_with_xla():
+    """True while tracing a function that XLA compiles (``tf.function(jit_compile=True)``): the
+    caller must then give the search a cache of fixed shapes."""
+    # TensorFlow has no public test for this; Keras 2 and TF's own layers use the same one.
+    from tensorflow.python.ops import control_flow_util
+
+    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
 # --- shared pieces -------------------------------------------------------------------------------
 
 
-def _while(cond, body, state, length):
+def _while(cond, body, state, length, cache_key):
     """``tf.while_loop`` over one dict of loop variables, at most ``length`` iterations.
 
     Each new loop variable gets its old static shape back: ops such as ``tf.gather`` with
     ``batch_dims`` lose a known batch size (e.g. 1 in a traced function), which ``tf.while_loop``
-    would reject as a shape change."""
+    would reject as a shape change. The leaves of ``state[cache_key]`` keep only their rank and
+    leading dimension: a growing cache changes the others."""
+    invariants = {key: tf.nest.map_structure(_growable if key == cache_key else _static, value)
+                  for key, value in state.items()}
+
+    def shape_stable_body(s):
+        new = body(s)
+        return [{key: tf.nest.map_structure(_set_shape, new[key], invariants[key]) for key in new}]
+
     return tf.while_loop(
-        cond, lambda s: [tf.nest.map_structure(_set_shape, body(s), s)], [state],
-        maximum_iterations=length,
+        cond, shape_stable_body, [state], shape_invariants=[invariants], maximum_iterations=length,
     )[0]
+
+
+def _static(tensor):
+    return tensor.shape
+
+
+def _growable(tensor):
+    return tf.TensorShape([tensor.shape[0]] + [None] * (tensor.shape.rank - 1))
 
 
 def _check_static_int(name, value, minimum):
@@ -371,15 +396,17 @@ def _repeat_rows(tensor, times):
     return result
 
 
-def _set_shape(new, old):
+def _set_shape(new, shape):
     """Keeps loop variables shape-stable even if the step function loses static shape info."""
-    if not new.shape.is_compatible_with(old.shape):
+    if not new.shape.is_compatible_with(shape):
         raise ValueError(
-            f"decoding: the step function changed a cache tensor's shape from {old.shape} to "
-            f"{new.shape}; cache tensors must keep their shape (fixed-size buffers)."
+            f"decoding: the step function changed a cache tensor's shape from {shape} to "
+            f"{new.shape}; cache tensors must keep their rank and leading (rows) dimension."
         )
-    new = tf.identity(new)
-    new.set_shape(old.shape)
+    if new.shape.rank is not None and new.shape.as_list() == shape.as_list():
+        return new
+    new = tf.identity(new)  # set_shape on a copy: ``new`` may be a tensor the caller holds
+    new.set_shape(shape)
     return new
 
 

@@ -152,23 +152,64 @@ class Transformer(keras.Model):
 
     # -- step-by-step decoding (section 6.1's beam search calls this through one step function) --
 
-    def init_cache(self, memory, memory_mask, max_decode_length):
-        """A plain nested dict of tensors, each with the batch as leading dimension: the memory mask,
-        and per decoder layer zero self-attention buffers of ``max_decode_length`` steps plus the
-        encoder-decoder keys/values, projected once."""
-        return {"memory_mask": memory_mask,
-                "decoder": self.decoder.initial_cache(memory, max_decode_length)}
+    def init_cache(self, memory, memory_mask, max_decode_length=None):
+        """The decoding cache, a plain nested dict of tensors with the batch as leading dimension:
+
+        - ``"memory"``: ``{"mask": memory_mask, "layer_i": {"key", "value"}}``, the encoder-decoder
+          keys and values projected once. One row per sentence: every beam of a sentence shares
+          them, so a beam search need not copy or reorder them (``decode_step`` accepts several
+          adjacent rows of ids per memory row).
+        - per decoder layer, the self-attention keys and values, one row per hypothesis: under
+          ``"self"`` empty, growing by one position per ``decode_step`` (``max_decode_length=None``;
+          each step then touches only the steps so far: the fastest without XLA), or under
+          ``"self_fixed"`` zero buffers of ``max_decode_length`` steps written in place (one shape
+          for every step, as XLA needs).
+        """
+        decoder = self.decoder.initial_cache(memory, max_decode_length)
+        memory_cache = {"mask": memory_mask, **{name: layer["cross"] for name, layer in decoder.items()}}
+        self_key = "self" if max_decode_length is None else "self_fixed"
+        return {"memory": memory_cache, self_key: {name: layer["self"] for name, layer in decoder.items()}}
 
     def decode_step(self, ids, index, cache):
-        """ids int [batch]: the tokens at position ``index`` (scalar). Returns float32 logits
-        [batch, target_vocab] for position index + 1, and the updated cache."""
+        """ids int [rows]: the tokens at position ``index`` (scalar); rows are a multiple of the
+        cache's memory rows (beams of one sentence adjacent). Returns float32 logits
+        [rows, target_vocab] for position index + 1, and the updated cache."""
+        fixed = "self_fixed" in cache
+        self_cache = cache["self_fixed" if fixed else "self"]
+        memory_cache = cache["memory"]
+        decoder_cache = {name: {"self": layer, "cross": memory_cache[name]}
+                         for name, layer in self_cache.items()}
+        # One [rows, d_model] row per hypothesis: plain matrix products, fewer ops per step than
+        # the [rows, 1, d_model] of teacher forcing.
         x = self._embed(ops.expand_dims(ops.cast(ids, "int32"), 1), self.target_embedding,
                         getattr(self, "target_positions", None), start=index)
-        max_length = ops.shape(cache["decoder"]["layer_0"]["self"]["key"])[2]
-        x, decoder_cache = self.decoder(x, None, masks.cache_step_mask(index, max_length),
-                                        cache["memory_mask"], cache=cache["decoder"], cache_index=index)
-        logits = self.softmax_embedding.project(x)[:, 0, :]
-        return logits, {"memory_mask": cache["memory_mask"], "decoder": decoder_cache}
+        x = ops.reshape(x, (-1, self.config.d_model))
+        mask = (masks.cache_step_mask(index, ops.shape(next(iter(self_cache.values()))["key"])[2])
+                if fixed else None)
+        x, decoder_cache = self.decoder(x, None, mask, memory_cache["mask"], cache=decoder_cache,
+                                        cache_index=index, grow_cache=not fixed)
+        new_self = {name: layer["self"] for name, layer in decoder_cache.items()}
+        return self.softmax_embedding.project(x), {"memory": memory_cache,
+                                                   "self_fixed" if fixed else "self": new_self}
+
+    def decoding_function(self, memory, memory_mask, max_decode_length=None, logits_bias=None):
+        """``(initial_cache, symbols_to_logits_fn)`` for ``decoding.beam_search``/``greedy_search``.
+
+        The encoder-decoder keys/values are projected here, once per sentence, and captured by the
+        function: the search tiles and reorders only the self-attention cache (growing, or fixed
+        buffers of ``max_decode_length`` steps as XLA needs; see ``init_cache``). ``logits_bias``
+        [target_vocab], if given, is added to the logits (e.g. -1e9 at ids never to produce).
+        """
+        cache = self.init_cache(memory, memory_mask, max_decode_length)
+        memory_cache = cache.pop("memory")
+
+        def symbols_to_logits_fn(ids, i, cache):
+            logits, cache = self.decode_step(ids[:, i], i, {**cache, "memory": memory_cache})
+            if logits_bias is not None:
+                logits += logits_bias
+            return logits, {key: value for key, value in cache.items() if key != "memory"}
+
+        return cache, symbols_to_logits_fn
 
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable,

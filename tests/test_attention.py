@@ -84,6 +84,34 @@ def test_incremental_self_attention_with_fixed_cache_equals_causal_attention():
     assert np.all(np.asarray(cache["key"])[:, :, 5:] == 0)
 
 
+@pytest.mark.parametrize("two_d", [False, True], ids=["[batch, 1, d]", "[batch, d]"])
+def test_incremental_self_attention_with_growing_cache_equals_causal_attention(two_d):
+    layer = MultiHeadAttention(num_heads=2, d_model=16)
+    x = RNG.normal(size=(3, 5, 16)).astype("float32")
+    full = np.asarray(layer(x, attention_mask=look_ahead_mask(5)))
+    cache = layer.initial_cache(3)
+    for i in range(5):
+        step, cache = layer(x[:, i] if two_d else x[:, i:i + 1], cache=cache, cache_index=i,
+                            grow_cache=True)
+        np.testing.assert_allclose(step if two_d else step[:, 0], full[:, i], atol=1e-5)
+        assert cache["key"].shape == (3, 2, i + 1, 8)
+
+
+@pytest.mark.parametrize("two_d", [False, True], ids=["[rows, 1, d]", "[rows, d]"])
+def test_cross_attention_cache_serves_several_rows_per_sentence(two_d):
+    """Beams of one sentence (adjacent rows) attend to its keys without copies of them."""
+    layer = MultiHeadAttention(num_heads=2, d_model=16)
+    beams = 3
+    query = RNG.normal(size=(2 * beams, 1, 16)).astype("float32")
+    memory = RNG.normal(size=(2, 4, 16)).astype("float32")
+    mask = padding_mask(np.array([[3, 4, 5, 6], [3, 4, 0, 0]]))
+    direct = layer(query, np.repeat(memory, beams, axis=0), attention_mask=np.repeat(mask, beams, axis=0))
+    cached, cache = layer(query[:, 0] if two_d else query, attention_mask=mask,
+                          cache=layer.compute_cache(memory))
+    np.testing.assert_allclose(cached if two_d else cached[:, 0], np.asarray(direct)[:, 0], atol=1e-5)
+    assert cache["key"].shape[0] == 2
+
+
 def test_precomputed_cross_attention_cache_equals_direct_call():
     layer = MultiHeadAttention(num_heads=2, d_model=16)
     query = RNG.normal(size=(2, 1, 16)).astype("float32")

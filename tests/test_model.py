@@ -77,18 +77,43 @@ def test_padding_does_not_change_real_positions(model):
     np.testing.assert_allclose(padded[:, :5][real], base[real], atol=1e-5)
 
 
+@pytest.mark.parametrize("max_decode_length", [8, None], ids=["fixed", "growing"])
 @pytest.mark.parametrize("overrides", [{}, dict(norm_first=True, positional="learned"),
                                        dict(target_vocab_size=24)])
-def test_cached_decoding_reproduces_teacher_forcing(overrides):
+def test_cached_decoding_reproduces_teacher_forcing(overrides, max_decode_length):
     m = tiny(**overrides)
     target = np.minimum(TARGET, m.config.output_vocab_size - 1)
     full = np.asarray(m((SOURCE, target)))
     memory, memory_mask = m.encode(SOURCE)
-    cache = m.init_cache(memory, memory_mask, max_decode_length=8)
+    cache = m.init_cache(memory, memory_mask, max_decode_length=max_decode_length)
+    self_key = "self" if max_decode_length is None else "self_fixed"
     for i in range(target.shape[1]):
         logits, cache = m.decode_step(target[:, i], i, cache)
         real = target[:, i] != 0
         np.testing.assert_allclose(np.asarray(logits)[real], full[real, i], atol=1e-4)
+        assert cache[self_key]["layer_0"]["key"].shape[2] == (max_decode_length or i + 1)
+
+
+@pytest.mark.parametrize("max_decode_length", [6, None], ids=["fixed", "growing"])
+def test_decode_step_shares_each_sentences_memory_among_its_beams(model, max_decode_length):
+    """Three hypotheses per sentence over one memory row equal three copies of the memory."""
+    beams = 3
+    memory, memory_mask = model.encode(SOURCE)
+    shared = model.init_cache(memory, memory_mask, max_decode_length)
+    shared = {**tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0),
+                                      {k: v for k, v in shared.items() if k != "memory"}),
+              "memory": shared["memory"]}
+    copied = tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0),
+                                   model.init_cache(memory, memory_mask, max_decode_length))
+    ids = np.array([[2, 11, 12], [2, 13, 14], [2, 11, 15], [2, 15, 16], [2, 17, 16], [2, 18, 19]])
+    for i in range(ids.shape[1]):
+        shared_logits, shared = model.decode_step(ids[:, i], i, shared)
+        copied_logits, copied = model.decode_step(ids[:, i], i, copied)
+        np.testing.assert_allclose(shared_logits, copied_logits, atol=1e-5)
+    assert shared["memory"]["layer_0"]["key"].shape[0] == len(SOURCE)
+    tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                          {k: v for k, v in shared.items() if k != "memory"},
+                          {k: v for k, v in copied.items() if k != "memory"})
 
 
 def test_decoding_works_on_a_model_never_called():

@@ -46,13 +46,19 @@ class MultiHeadAttention(keras.layers.Layer):
       - ``layer(query, key_value, attention_mask)``: attention of ``query`` over ``key_value`` (self-attention
         when ``key_value`` is None).
       - ``layer(query, attention_mask=..., cache=cache)`` with a cache from ``compute_cache(memory)``:
-        encoder-decoder attention over keys/values projected once per sentence.
-      - ``layer(query, attention_mask=..., cache=cache, cache_index=i)`` with ``initial_cache(...)``: incremental
-        self-attention; the new key/value of the single query step is written into a fixed-size
-        buffer at position ``i`` (no growing concat, so XLA sees one shape) and the updated cache is
+        encoder-decoder attention over keys/values projected once per sentence. The query may hold
+        a multiple of the cache's rows (the beams of a beam search, those of one sentence adjacent):
+        each group of rows attends to its sentence's keys, which are thus never copied per beam.
+      - ``layer(query, attention_mask=..., cache=cache, cache_index=i)``: incremental
+        self-attention of one step. With ``initial_cache(batch, max_length)`` (fixed-size buffers)
+        the step's key/value are written at position ``i`` with a select (one shape for every
+        step, as XLA needs); with ``initial_cache(batch)`` (``grow_cache=True``) they are appended,
+        so each step touches only the steps so far (the fastest without XLA). The updated cache is
         returned.
     With a cache the call returns ``(outputs, cache)``; ``return_attention_weights=True`` appends the
-    weights [batch, heads, query_length, key_length].
+    weights [batch, heads, query_length, key_length]. In the cached modes the query may also be
+    [batch, d_model] (one step per row, the output likewise): plain matrix products, fewer ops
+    per decoding step.
     """
 
     def __init__(self, num_heads, d_model, d_k=None, d_v=None, attention_dropout=0.0, **kwargs):
@@ -83,9 +89,20 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _split_heads(self, x, depth):
-        """[batch, length, heads * depth] -> [batch, heads, length, depth]."""
+        """[batch, length, heads * depth] -> [batch, heads, length, depth]; [batch, heads * depth]
+        (one step) -> [batch, heads, 1, depth], a reshape only."""
+        if len(x.shape) == 2:
+            return ops.reshape(x, (-1, self.num_heads, 1, depth))
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, depth)), (0, 2, 1, 3))
+
+    def _merge_heads(self, x, query_rank):
+        """The inverse of ``_split_heads`` for the values: [batch, heads, length, d_v] -> [batch,
+        length, heads * d_v], or [batch, heads * d_v] for a 2-D query."""
+        if query_rank == 2:
+            return ops.reshape(x, (-1, self.num_heads * self.d_v))
+        batch, length = ops.shape(x)[0], ops.shape(x)[2]
+        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, self.num_heads * self.d_v))
 
     def _project_key_value(self, key_value):
         return {
@@ -97,37 +114,47 @@ class MultiHeadAttention(keras.layers.Layer):
         """Keys and values of the encoder output, computed once per sentence for decoding."""
         return self._project_key_value(memory)
 
-    def initial_cache(self, batch_size, max_length):
-        """Zero key/value buffers [batch, heads, max_length, d_k|d_v] for incremental self-attention."""
+    def initial_cache(self, batch_size, max_length=None):
+        """Key/value cache [batch, heads, length, d_k|d_v] for incremental self-attention: zero
+        buffers of ``max_length`` steps, or (``max_length=None``) empty ones to grow."""
         dtype = self.compute_dtype
+        length = 0 if max_length is None else max_length
         return {
-            "key": ops.zeros((batch_size, self.num_heads, max_length, self.d_k), dtype=dtype),
-            "value": ops.zeros((batch_size, self.num_heads, max_length, self.d_v), dtype=dtype),
+            "key": ops.zeros((batch_size, self.num_heads, length, self.d_k), dtype=dtype),
+            "value": ops.zeros((batch_size, self.num_heads, length, self.d_v), dtype=dtype),
         }
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_index=None, training=None,
-             return_attention_weights=False):
+             return_attention_weights=False, grow_cache=False):
         q = self._split_heads(self.query_projection(query), self.d_k)
+        groups = None
         if cache is None:
             kv = self._project_key_value(query if key_value is None else key_value)
         elif cache_index is None:
             kv = cache
+            # Rows per sentence: 1, or the beam size when the query holds every beam.
+            groups = ops.shape(q)[0] // ops.shape(cache["key"])[0]
+            q = _group_rows(q, groups, self.num_heads, self.d_k)
         else:
             step = self._project_key_value(query)
-            # A select rather than a dynamic-update-slice: the latter is an XLA op, and an exported
-            # model must run on servers without XLA.
-            max_length = ops.shape(cache["key"])[2]
-            written = ops.reshape(ops.equal(ops.arange(max_length), cache_index), (1, 1, max_length, 1))
-            kv = {name: ops.where(written, ops.cast(step[name], cache[name].dtype), cache[name])
-                  for name in ("key", "value")}
+            if grow_cache:
+                kv = {name: ops.concatenate([cache[name], ops.cast(step[name], cache[name].dtype)], axis=2)
+                      for name in ("key", "value")}
+            else:
+                # A select rather than a dynamic-update-slice: the latter is an XLA op, and an
+                # exported model must run on servers without XLA.
+                max_length = ops.shape(cache["key"])[2]
+                written = ops.reshape(ops.equal(ops.arange(max_length), cache_index), (1, 1, max_length, 1))
+                kv = {name: ops.where(written, ops.cast(step[name], cache[name].dtype), cache[name])
+                      for name in ("key", "value")}
         outputs, weights = scaled_dot_product_attention(
             q, kv["key"], kv["value"], attention_mask,
             weights_dropout=lambda w: self.weights_dropout(w, training=training),
         )
-        batch, length = ops.shape(outputs)[0], ops.shape(outputs)[2]
-        concatenated = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)),
-                                   (batch, length, self.num_heads * self.d_v))
-        result = (self.output_projection(concatenated),)
+        if groups is not None:
+            outputs = _ungroup_rows(outputs, groups, self.num_heads, self.d_v)
+            weights = _ungroup_rows(weights, groups, self.num_heads, ops.shape(weights)[3])
+        result = (self.output_projection(self._merge_heads(outputs, len(query.shape))),)
         if cache is not None:
             result += (kv,)
         if return_attention_weights:
@@ -143,3 +170,18 @@ class MultiHeadAttention(keras.layers.Layer):
             "d_v": self.d_v,
             "attention_dropout": self.attention_dropout,
         }
+
+
+def _group_rows(x, groups, heads, depth):
+    """[sentences * groups, heads, length, depth] -> [sentences, heads, groups * length, depth]:
+    the queries of a sentence's rows side by side, so that one matrix product per sentence and head
+    attends them all to the sentence's keys."""
+    length = ops.shape(x)[2]
+    x = ops.reshape(x, (-1, groups, heads, length, depth))
+    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, groups * length, depth))
+
+
+def _ungroup_rows(x, groups, heads, depth):
+    """The inverse of ``_group_rows``."""
+    x = ops.reshape(x, (-1, heads, groups, ops.shape(x)[2] // groups, depth))
+    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, ops.shape(x)[3], depth))

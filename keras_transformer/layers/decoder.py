@@ -17,20 +17,24 @@ class DecoderLayer(TransformerLayer):
     def build(self, x_shape, memory_shape=None):
         self._build_sublayers(x_shape, memory_shape or x_shape)
 
-    def initial_cache(self, memory, max_length):
-        """{"self": zero key/value buffers of ``max_length`` steps, "cross": the projected memory}."""
+    def initial_cache(self, memory, max_length=None):
+        """{"self": self-attention keys/values (zero buffers of ``max_length`` steps, or empty ones
+        to grow when None), "cross": the projected memory}."""
         batch = keras.ops.shape(memory)[0]
         return {"self": self.self_attention.initial_cache(batch, max_length),
                 "cross": self.cross_attention.compute_cache(memory)}
 
     def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             cache_index=None, training=None, return_attention_weights=False):
+             cache_index=None, training=None, return_attention_weights=False, grow_cache=False):
         """Teacher forcing: x [batch, target_length, d_model], memory [batch, source_length, d_model],
         self_attention_mask [batch, 1, target_length, target_length] (look-ahead and padding),
         memory_mask [batch, 1, 1, source_length].
 
-        Incremental decoding: x [batch, 1, d_model] at position ``cache_index``, ``cache`` from
-        ``initial_cache``, self_attention_mask from ``masks.cache_step_mask``; returns (x, cache).
+        Incremental decoding: x [rows, 1, d_model] or [rows, d_model] at position ``cache_index``,
+        ``cache`` from ``initial_cache`` (its "cross" part may hold one row per sentence for
+        several rows of x, see ``MultiHeadAttention``), self_attention_mask from
+        ``masks.cache_step_mask`` for fixed-size buffers or None with ``grow_cache``; returns
+        (x, cache).
 
         ``return_attention_weights`` (teacher forcing only): (x, {"self": [batch, heads, T, T],
         "cross": [batch, heads, T, S]}).
@@ -48,7 +52,7 @@ class DecoderLayer(TransformerLayer):
             return (x, weights) if return_attention_weights else x
         x, self_cache = self._connect("self_attention", x, lambda h: self.self_attention(
             h, attention_mask=self_attention_mask, cache=cache["self"], cache_index=cache_index,
-            training=training), training)
+            training=training, grow_cache=grow_cache), training)
         x, cross_cache = self._connect("cross_attention", x, lambda h: self.cross_attention(
             h, attention_mask=memory_mask, cache=cache["cross"], training=training), training)
         x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training), training)
@@ -64,11 +68,11 @@ class Decoder(TransformerStack):
     def build(self, x_shape, memory_shape=None):
         self._build_layers(x_shape, memory_shape)
 
-    def initial_cache(self, memory, max_length):
+    def initial_cache(self, memory, max_length=None):
         return {f"layer_{i}": layer.initial_cache(memory, max_length) for i, layer in enumerate(self.layers)}
 
     def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             cache_index=None, training=None, return_attention_weights=False):
+             cache_index=None, training=None, return_attention_weights=False, grow_cache=False):
         """(x) or (x, cache) with a cache, or (x, [weights of each layer]) with
         ``return_attention_weights`` (see ``DecoderLayer``)."""
         new_cache, weights = {}, []
@@ -82,7 +86,7 @@ class Decoder(TransformerStack):
             else:
                 x, new_cache[f"layer_{i}"] = layer(x, None, self_attention_mask, memory_mask,
                                                    cache=cache[f"layer_{i}"], cache_index=cache_index,
-                                                   training=training)
+                                                   training=training, grow_cache=grow_cache)
         x = self._final(x)
         if return_attention_weights:
             return x, weights
