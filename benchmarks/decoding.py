@@ -20,12 +20,13 @@ The length sweep forces every output to exactly N tokens (EOS masked, limit N) a
 per sentence and per decoder step: constant per step with the cache, growing with N without it.
 
 The cached search without XLA is the Translator's (``model.decoding_function``): the self-attention
-keys/values grow by one step per step and the encoder's keys/values are kept once per sentence;
-XLA needs fixed shapes, so with XLA they are buffers of the batch's output buffer length.
+keys/values grow by one step per step, the encoder's keys/values are kept once per sentence, and a
+sentence whose result is final leaves the batch; XLA needs fixed shapes, so with XLA the cache is
+buffers of the batch's output buffer length and every sentence stays until all are done.
 
 Translator rows time ``inference.Translator.translate_ids`` itself (what the SavedModel runs) next
-to the cache it had before (fixed buffers of padded source width + extra_length, encoder keys and
-values copied and reordered per beam), in one run.
+to the search it had before (fixed buffers of padded source width + extra_length, encoder keys and
+values copied and reordered per beam, no sentence leaving the batch), in one run.
 
 The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
 weights with ``keras_transformer.export_ctranslate2`` and decodes the same test sentences, batched
@@ -133,9 +134,10 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
     The output buffer holds ``length + extra_length`` tokens, or ``forced_length`` with EOS masked
     so every output has exactly that many tokens. The cache is the Translator's
     (``model.decoding_function``: growing self-attention keys/values, encoder keys/values once per
-    sentence); with XLA, fixed-size buffers of the output buffer's length. ``per_beam_buffers``: the
-    cache before that, fixed-size buffers with the encoder's keys/values copied and reordered per
-    beam (the whole ``model.init_cache`` given to the search)."""
+    sentence, finished sentences leaving the batch); with XLA, fixed-size buffers of the output
+    buffer's length and no sentence leaving. ``per_beam_buffers``: the search before those changes,
+    fixed-size buffers with the encoder's keys/values copied and reordered per beam (the whole
+    ``model.init_cache`` given to the search), every sentence computed until all are done."""
     import tensorflow as tf
 
     from keras_transformer import decoding
@@ -153,15 +155,17 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
         else:
             limits = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), 1) + extra_length
         memory, memory_mask = model.encode(source_ids)
+        options = {}
         if per_beam_buffers:
             cache = model.init_cache(memory, memory_mask, buffer)
+            options["drop_finished"] = False
 
             def step(ids, i, cache):
                 logits, cache = model.decode_step(ids[:, i], i, cache)
                 return logits + mask, cache
         elif cached:
-            cache, step = model.decoding_function(memory, memory_mask, buffer if xla else None,
-                                                  logits_bias=mask)
+            cache, options["shared_cache"], step = model.decoding_function(
+                memory, memory_mask, buffer if xla else None, logits_bias=mask)
         else:
             cache = {"memory": memory, "memory_mask": memory_mask}
 
@@ -172,11 +176,12 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
 
         start = tf.fill([batch], START_ID)
         if search == "greedy":
-            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits)
+            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits,
+                                            **options)
             return result.ids, result.lengths, result.steps
         beam = int(search[len("beam"):])
         result = decoding.beam_search(step, start, cache, beam, alpha, buffer, END_ID,
-                                      max_lengths=limits, n_best=1)  # as translate_text
+                                      max_lengths=limits, n_best=1, **options)  # as translate_text
         return result.ids[:, 0], result.lengths[:, 0], result.steps
 
     return tf.function(run, jit_compile=xla)
@@ -263,10 +268,10 @@ def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, ext
         count = min(len(sentences), max(batch_size, min_sentences))
         batches = batches_of(tokenizer, sentences[:count], batch_size)
         for label, function in [
-                (f"fixed input+{extra_length}, encoder keys/values per beam (before)",
+                (f"fixed input+{extra_length}, encoder keys/values per beam, no sentence leaves (before)",
                  make_search(model, f"beam{beam}", True, False, extra_length, FLAGS.alpha,
                              per_beam_buffers=True)),
-                ("Translator.translate_ids (grows, encoder keys/values per sentence)",
+                ("Translator.translate_ids (grows, encoder keys/values per sentence, done sentences leave)",
                  tf.function(translate))]:
             rows.append(_timed_row({"search": f"beam{beam}", "batch": batch_size, "cache": "yes",
                                     "xla": "no", "buffer": label}, count,
@@ -291,13 +296,14 @@ def make_ours_for_comparison(model, beam_size, extra_length):
         batch = tf.shape(source_ids)[0]
         limit = tf.minimum(tf.shape(source_ids)[1], model.config.max_length) + extra_length
         memory, memory_mask = model.encode(source_ids)
-        cache, step = model.decoding_function(memory, memory_mask, logits_bias=never)
+        cache, shared, step = model.decoding_function(memory, memory_mask, logits_bias=never)
         start, limits = tf.fill([batch], START_ID), tf.fill([batch], limit)
         if beam_size == 1:
-            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits)
+            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits,
+                                            shared_cache=shared)
             return result.ids
         return decoding.beam_search(step, start, cache, beam_size, 0.0, buffer, END_ID,
-                                    max_lengths=limits, n_best=1).ids[:, 0]
+                                    max_lengths=limits, n_best=1, shared_cache=shared).ids[:, 0]
 
     return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 

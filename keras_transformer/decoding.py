@@ -16,8 +16,18 @@ through one narrow function, the ``symbols_to_logits_fn`` of TF Model Garden's b
   that grows by one position per step); under XLA every shape must stay fixed (fixed-size
   buffers). The search tiles the caller's cache from ``batch`` to ``batch * beam_size`` rows and
   reorders it with a gather along axis 0 after every step, so the step function never sees beam
-  bookkeeping. What is the same for every beam of a sentence (e.g. the encoder output's keys and
-  values) need not be in the cache: the step function may capture it per sentence.
+  bookkeeping.
+* ``shared_cache`` (optional argument of both searches): a nested structure of tensors with leading
+  dimension ``batch``, what every beam of an example shares (e.g. the encoder output's keys and
+  values). If given, the step function is called as ``symbols_to_logits_fn(ids, i, cache,
+  shared_cache)``, with one row of it per example whose beams are in ``ids`` (those adjacent rows);
+  it is never tiled or reordered, so never copied per beam.
+* ``drop_finished`` (both searches): an example that is done (its n-best list can no longer change)
+  leaves the batch, so later steps only compute the examples still searching, as CTranslate2 and
+  fairseq do: ``ids``, ``cache`` and ``shared_cache`` then hold their rows only. Their shapes change,
+  which XLA cannot compile, so the default is on except while compiling with XLA (then every
+  example is computed until all are done, as with ``drop_finished=False``). The results are the
+  same either way.
 
 Both searches run one ``tf.while_loop``; apart from growing cache leaves its loop variables keep
 static shapes, so the searches run eagerly, inside ``tf.function`` and under
@@ -79,6 +89,8 @@ def beam_search(
     pad_id=0,
     early_stop=True,
     n_best=None,
+    shared_cache=None,
+    drop_finished=None,
 ):
     """Batched beam search with the GNMT length penalty, returning the n-best list (section 6.1).
 
@@ -97,6 +109,8 @@ def beam_search(
       n_best: how many of the best finished hypotheses must be final before an example stops
         (default ``beam_size``). A translator that keeps only the best passes 1: the same best
         hypothesis, in fewer steps (the rest of the list may then be incomplete).
+      shared_cache: see the module docstring.
+      drop_finished: see the module docstring (default: True unless compiling with XLA).
 
     Returns:
       A ``DecodeResult`` with the n-best list sorted best first.
@@ -115,7 +129,7 @@ def beam_search(
     """
     beam_size = _check_static_int("beam_size", beam_size, minimum=1)
     length = _check_static_int("max_decode_length", max_decode_length, minimum=1)
-    initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length)
+    initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length, shared_cache)
     alpha = tf.cast(alpha, tf.float32)
     if alpha.shape.rank != 0:
         raise ValueError(f"beam_search: alpha must be a scalar, got shape {alpha.shape}.")
@@ -123,8 +137,7 @@ def beam_search(
     n_best = _check_static_int("n_best", k if n_best is None else n_best, minimum=1)
     if n_best > k:
         raise ValueError(f"beam_search: n_best={n_best} exceeds beam_size={k}.")
-    row_offsets = tf.range(batch)[:, None] * k  # turns [batch, k] beam indices into rows
-
+    drop = _resolve_drop_finished(drop_finished)
     seq = _start_buffer(initial_ids, length, pad_id)
     state = dict(
         i=tf.constant(0, tf.int32),
@@ -134,49 +147,58 @@ def beam_search(
             tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch, 1]
         ),
         alive_cache=tf.nest.map_structure(lambda t: _repeat_rows(t, k), initial_cache),
+        shared=shared_cache if shared_cache is not None else {},
         finished_seq=tf.fill([batch, k, length + 1], tf.constant(pad_id, tf.int32)),
         finished_scores=tf.fill([batch, k], _NEG_INF),
         finished_flags=tf.zeros([batch, k], tf.bool),
         finished_lengths=tf.zeros([batch, k], tf.int32),
+        done=tf.zeros([batch], tf.bool),
     )
+    if drop:
+        state["active"] = tf.range(batch)  # the examples still searching, in batch order
+    per_example = ("alive_seq", "alive_log_probs", "finished_seq", "finished_scores",
+                   "finished_flags", "finished_lengths", "done")
 
-    def done_per_example(s):
-        best_alive = tf.reduce_max(s["alive_log_probs"], axis=1)
+    def done_per_example(steps, alive_log_probs, finished_scores, finished_flags, limits):
+        best_alive = tf.reduce_max(alive_log_probs, axis=1)
         no_alive = tf.math.is_inf(best_alive)  # all -inf: every hypothesis has finished
         if not early_stop:
             return no_alive
-        max_lp = tf.maximum(length_penalty(s["i"] + 1, alpha), length_penalty(limits, alpha))
+        max_lp = tf.maximum(length_penalty(steps + 1, alpha), length_penalty(limits, alpha))
         bound = best_alive / max_lp
         # The finished list is sorted best first: its n_best-th entry is the one to beat.
-        nth_finished = s["finished_scores"][:, n_best - 1]
-        settled = tf.reduce_all(s["finished_flags"][:, :n_best], axis=1)
+        nth_finished = finished_scores[:, n_best - 1]
+        settled = tf.reduce_all(finished_flags[:, :n_best], axis=1)
         return no_alive | (settled & (bound <= nth_finished))
 
     def cond(s):
-        return (s["i"] < length) & ~tf.reduce_all(done_per_example(s))
+        return (s["i"] < length) & ~tf.reduce_all(s["done"])
 
     def body(s):
         i = s["i"]
+        active = s.get("active")
+        old = {name: _take(s[name], active) for name in per_example}
+        limits_now = _take(limits, active)
+        searching = tf.shape(old["alive_log_probs"])[0]
         log_probs, new_cache = _step(
-            symbols_to_logits_fn, tf.reshape(s["alive_seq"], [-1, length + 1]), i,
-            s["alive_cache"], "beam_search",
+            symbols_to_logits_fn, tf.reshape(old["alive_seq"], [-1, length + 1]), i,
+            s["alive_cache"], s["shared"] if shared_cache is not None else None, "beam_search",
         )
         vocab = _vocab_size(log_probs)
-        candidates = s["alive_log_probs"][:, :, None] + tf.reshape(log_probs, [batch, k, vocab])
-        top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [batch, -1]), k=2 * k)
+        candidates = old["alive_log_probs"][:, :, None] + tf.reshape(log_probs, [searching, k, vocab])
+        top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [searching, -1]), k=2 * k)
         top_beam = top_index // vocab
         top_token = top_index % vocab
-        top_seq = _write_column(tf.gather(s["alive_seq"], top_beam, batch_dims=1), i + 1, top_token)
+        top_seq = _write_column(tf.gather(old["alive_seq"], top_beam, batch_dims=1), i + 1, top_token)
 
         new_length = i + 1
-        ends = tf.equal(top_token, eos_id) | (new_length >= limits)[:, None]
+        ends = tf.equal(top_token, eos_id) | (new_length >= limits_now)[:, None]
         valid = top_log_probs > _NEG_INF  # -inf: extends a beam that was never or no longer alive
 
         # Alive: the best k extensions that do not end.
         alive_log_probs, alive_pos = tf.math.top_k(tf.where(ends, _NEG_INF, top_log_probs), k=k)
         alive_beam = tf.gather(top_beam, alive_pos, batch_dims=1)
-        alive_rows = tf.reshape(alive_beam + row_offsets, [-1])
-        alive_cache = tf.nest.map_structure(lambda new: tf.gather(new, alive_rows), new_cache)
+        alive_rows = alive_beam + tf.range(searching)[:, None] * k  # [searching, k] cache rows
 
         # Finished: ending extensions ranked within the best k join the n-best list.
         finishing = ends & valid & (tf.range(2 * k) < k)[None, :]
@@ -185,26 +207,38 @@ def beam_search(
         )
         # The old list comes first, so ties keep already finished hypotheses.
         merged_scores, merged_pos = tf.math.top_k(
-            tf.concat([s["finished_scores"], new_scores], axis=1), k=k
+            tf.concat([old["finished_scores"], new_scores], axis=1), k=k
         )
 
-        def merge(old, new):
-            return tf.gather(tf.concat([old, new], axis=1), merged_pos, batch_dims=1)
+        def merge(before, new):
+            return tf.gather(tf.concat([before, new], axis=1), merged_pos, batch_dims=1)
 
-        return dict(
-            i=new_length,
+        new = dict(
             alive_seq=tf.gather(top_seq, alive_pos, batch_dims=1),
             alive_log_probs=alive_log_probs,
-            alive_cache=alive_cache,
-            finished_seq=merge(s["finished_seq"], top_seq),
+            finished_seq=merge(old["finished_seq"], top_seq),
             finished_scores=merged_scores,
-            finished_flags=merge(s["finished_flags"], finishing),
+            finished_flags=merge(old["finished_flags"], finishing),
             finished_lengths=merge(
-                s["finished_lengths"], tf.fill(tf.shape(top_token), new_length)
+                old["finished_lengths"], tf.fill(tf.shape(top_token), new_length)
             ),
         )
+        new["done"] = done_per_example(new_length, new["alive_log_probs"], new["finished_scores"],
+                                       new["finished_flags"], limits_now)
+        if active is None:
+            return dict(new, i=new_length, shared=s["shared"], alive_cache=tf.nest.map_structure(
+                lambda t: tf.gather(t, tf.reshape(alive_rows, [-1])), new_cache))
+        keep = _still_searching(new["done"])
+        kept_rows = tf.reshape(tf.gather(alive_rows, keep), [-1])
+        return dict(
+            {name: _put(s[name], value, active) for name, value in new.items()},
+            i=new_length,
+            active=tf.gather(active, keep),
+            alive_cache=tf.nest.map_structure(lambda t: tf.gather(t, kept_rows), new_cache),
+            shared=_keep_rows(s["shared"], keep, searching),
+        )
 
-    state = _while(cond, body, state, length, cache_key="alive_cache")
+    state = _while(cond, body, state, length, relaxed=_relaxed_shapes(drop, "alive_cache"))
     flags = state["finished_flags"]
     return DecodeResult(
         ids=tf.where(flags[:, :, None], state["finished_seq"][:, :, 1:], pad_id),
@@ -224,16 +258,20 @@ def greedy_search(
     max_lengths=None,
     pad_id=0,
     alpha=0.0,
+    shared_cache=None,
+    drop_finished=None,
 ):
     """Greedy decoding: the most probable next token at every step, same step-function contract.
 
     Returns a ``DecodeResult`` with ``ids`` ``[batch, max_decode_length]``, ``scores`` ``[batch]``
     (``log P(Y) / lp(Y)``; with the default ``alpha = 0`` the plain log-probability) and
-    ``lengths`` ``[batch]``. Stops once every example has finished. Finished rows keep being fed
-    to the step function (the batch is static) with ``pad_id`` as their token.
+    ``lengths`` ``[batch]``. Stops once every example has finished. ``shared_cache`` and
+    ``drop_finished``: see the module docstring; without dropping, finished rows keep being fed
+    to the step function with ``pad_id`` as their token.
     """
     length = _check_static_int("max_decode_length", max_decode_length, minimum=1)
-    initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length)
+    initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length, shared_cache)
+    drop = _resolve_drop_finished(drop_finished)
     state = dict(
         i=tf.constant(0, tf.int32),
         seq=_start_buffer(initial_ids, length, pad_id),
@@ -241,30 +279,45 @@ def greedy_search(
         finished=tf.zeros([batch], tf.bool),
         lengths=tf.zeros([batch], tf.int32),
         cache=initial_cache,
+        shared=shared_cache if shared_cache is not None else {},
     )
+    if drop:
+        state["active"] = tf.range(batch)
+    per_example = ("seq", "log_probs", "finished", "lengths")
 
     def cond(s):
         return (s["i"] < length) & ~tf.reduce_all(s["finished"])
 
     def body(s):
         i = s["i"]
-        log_probs, new_cache = _step(symbols_to_logits_fn, s["seq"], i, s["cache"], "greedy_search")
+        active = s.get("active")
+        old = {name: _take(s[name], active) for name in per_example}
+        log_probs, new_cache = _step(symbols_to_logits_fn, old["seq"], i, s["cache"],
+                                     s["shared"] if shared_cache is not None else None, "greedy_search")
         # top_k rather than argmax: the same tie-breaking (lowest id) as beam search.
         best_log_prob, best_token = tf.math.top_k(log_probs, k=1)
-        finished = s["finished"]
+        finished = old["finished"]
         token = tf.where(finished, pad_id, best_token[:, 0])
         new_length = i + 1
-        ends = ~finished & (tf.equal(token, eos_id) | (new_length >= limits))
-        return dict(
-            i=new_length,
-            seq=_write_column(s["seq"], new_length, token),
-            log_probs=tf.where(finished, s["log_probs"], s["log_probs"] + best_log_prob[:, 0]),
+        ends = ~finished & (tf.equal(token, eos_id) | (new_length >= _take(limits, active)))
+        new = dict(
+            seq=_write_column(old["seq"], new_length, token),
+            log_probs=tf.where(finished, old["log_probs"], old["log_probs"] + best_log_prob[:, 0]),
             finished=finished | ends,
-            lengths=tf.where(ends, new_length, s["lengths"]),
-            cache=new_cache,
+            lengths=tf.where(ends, new_length, old["lengths"]),
+        )
+        if active is None:
+            return dict(new, i=new_length, cache=new_cache, shared=s["shared"])
+        keep = _still_searching(new["finished"])
+        return dict(
+            {name: _put(s[name], value, active) for name, value in new.items()},
+            i=new_length,
+            active=tf.gather(active, keep),
+            cache=tf.nest.map_structure(lambda t: tf.gather(t, keep), new_cache),
+            shared=_keep_rows(s["shared"], keep, tf.shape(finished)[0]),
         )
 
-    state = _while(cond, body, state, length, cache_key="cache")
+    state = _while(cond, body, state, length, relaxed=_relaxed_shapes(drop, "cache"))
     return DecodeResult(
         ids=state["seq"][:, 1:],
         scores=state["log_probs"] / length_penalty(state["lengths"], alpha),
@@ -285,14 +338,14 @@ def compiling_with_xla():
 # --- shared pieces -------------------------------------------------------------------------------
 
 
-def _while(cond, body, state, length, cache_key):
+def _while(cond, body, state, length, relaxed):
     """``tf.while_loop`` over one dict of loop variables, at most ``length`` iterations.
 
     Each new loop variable gets its old static shape back: ops such as ``tf.gather`` with
     ``batch_dims`` lose a known batch size (e.g. 1 in a traced function), which ``tf.while_loop``
-    would reject as a shape change. The leaves of ``state[cache_key]`` keep only their rank and
-    leading dimension: a growing cache changes the others."""
-    invariants = {key: tf.nest.map_structure(_growable if key == cache_key else _static, value)
+    would reject as a shape change. ``relaxed`` maps the keys whose leaves may change shape to the
+    function giving a leaf's shape invariant."""
+    invariants = {key: tf.nest.map_structure(relaxed.get(key, _static), value)
                   for key, value in state.items()}
 
     def shape_stable_body(s):
@@ -309,7 +362,55 @@ def _static(tensor):
 
 
 def _growable(tensor):
+    """Rows fixed, the other dimensions free: a cache that grows along some axis."""
     return tf.TensorShape([tensor.shape[0]] + [None] * (tensor.shape.rank - 1))
+
+
+def _rank_only(tensor):
+    return tf.TensorShape([None] * tensor.shape.rank)
+
+
+def _relaxed_shapes(drop, cache_key):
+    """The loop variables whose shapes may change: the cache (it may grow), and with dropped
+    examples the row counts of the cache, the shared cache and the active examples."""
+    if not drop:
+        return {cache_key: _growable}
+    return {cache_key: _rank_only, "shared": _rank_only, "active": _rank_only}
+
+
+def _resolve_drop_finished(drop_finished):
+    xla = compiling_with_xla()
+    if drop_finished is None:
+        return not xla
+    if drop_finished and xla:
+        raise ValueError("decoding: drop_finished=True changes shapes, which XLA cannot compile; "
+                         "leave it None (the default) or False under jit_compile.")
+    return bool(drop_finished)
+
+
+def _take(tensor, active):
+    """The rows of the examples still searching (all rows when none are dropped)."""
+    return tensor if active is None else tf.gather(tensor, active)
+
+
+def _put(full, rows, active):
+    """Writes the rows of the examples still searching back into the whole batch's tensor."""
+    return tf.tensor_scatter_nd_update(full, active[:, None], rows)
+
+
+def _still_searching(done):
+    """Positions (int32 [n]) of the examples not done, in order."""
+    return tf.cast(tf.where(~done)[:, 0], tf.int32)
+
+
+def _keep_rows(structure, keep, count):
+    """The rows ``keep`` of every leaf; the leaves themselves (no copy) while all ``count`` rows
+    stay."""
+    if not tf.nest.flatten(structure):
+        return structure
+    return tf.cond(tf.size(keep) < count,
+                   lambda: tf.nest.map_structure(lambda t: tf.gather(t, keep), structure),
+                   lambda: tf.nest.map_structure(tf.identity, structure))
 
 
 def _check_static_int(name, value, minimum):
@@ -321,7 +422,7 @@ def _check_static_int(name, value, minimum):
     return value
 
 
-def _prepare(initial_ids, initial_cache, max_lengths, length):
+def _prepare(initial_ids, initial_cache, max_lengths, length, shared_cache=None):
     """Checks the inputs; returns int32 start ids, the (dynamic) batch size, per-example limits."""
     initial_ids = tf.convert_to_tensor(initial_ids)
     if initial_ids.shape.rank != 1 or not initial_ids.dtype.is_integer:
@@ -331,7 +432,10 @@ def _prepare(initial_ids, initial_cache, max_lengths, length):
         )
     initial_ids = tf.cast(initial_ids, tf.int32)
     static_batch = initial_ids.shape[0]
-    for path, leaf in _leaves_with_paths(initial_cache):
+    leaves = list(_leaves_with_paths(initial_cache))
+    if shared_cache is not None:
+        leaves += _leaves_with_paths(shared_cache, "shared_cache")
+    for path, leaf in leaves:
         if not hasattr(leaf, "shape") or leaf.shape.rank in (None, 0):
             raise ValueError(
                 f"decoding: cache entry {path} must be a tensor with a leading batch dimension, "
@@ -410,8 +514,11 @@ def _set_shape(new, shape):
     return new
 
 
-def _step(symbols_to_logits_fn, ids, i, cache, caller):
-    logits, new_cache = symbols_to_logits_fn(ids, i, cache)
+def _step(symbols_to_logits_fn, ids, i, cache, shared_cache, caller):
+    if shared_cache is None:
+        logits, new_cache = symbols_to_logits_fn(ids, i, cache)
+    else:
+        logits, new_cache = symbols_to_logits_fn(ids, i, cache, shared_cache)
     try:
         tf.nest.assert_same_structure(cache, new_cache)
     except (ValueError, TypeError) as error:

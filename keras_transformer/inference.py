@@ -100,13 +100,14 @@ class Translator(tf.Module):
         if decoding.compiling_with_xla():
             fixed_length = tf.minimum(tf.shape(source_ids)[1], self.max_source_length) + self.decoding.extra_length
             limits = tf.minimum(limits, fixed_length)
-        cache, symbols_to_logits_fn = self.model.decoding_function(memory, memory_mask, fixed_length,
-                                                                   logits_bias=never)
+        cache, shared, symbols_to_logits_fn = self.model.decoding_function(
+            memory, memory_mask, fixed_length, logits_bias=never)
+        # Sentences whose best translation is final leave the batch (not under XLA).
         result = decoding.beam_search(
             symbols_to_logits_fn, start, cache, beam_size=self.decoding.beam_size,
             alpha=self.decoding.alpha, max_decode_length=self.max_decode_length,
             eos_id=self.tokenizer.end_id, max_lengths=limits,
-            pad_id=self.tokenizer.pad_id, n_best=n_best)
+            pad_id=self.tokenizer.pad_id, n_best=n_best, shared_cache=shared)
         return {"ids": result.ids, "scores": result.scores, "lengths": result.lengths}
 
     def translate_text(self, texts):

@@ -193,23 +193,25 @@ class Transformer(keras.Model):
                                                    "self_fixed" if fixed else "self": new_self}
 
     def decoding_function(self, memory, memory_mask, max_decode_length=None, logits_bias=None):
-        """``(initial_cache, symbols_to_logits_fn)`` for ``decoding.beam_search``/``greedy_search``.
+        """``(initial_cache, shared_cache, symbols_to_logits_fn)`` for ``decoding.beam_search`` /
+        ``greedy_search`` (pass ``shared_cache=shared_cache``).
 
-        The encoder-decoder keys/values are projected here, once per sentence, and captured by the
-        function: the search tiles and reorders only the self-attention cache (growing, or fixed
-        buffers of ``max_decode_length`` steps as XLA needs; see ``init_cache``). ``logits_bias``
-        [target_vocab], if given, is added to the logits (e.g. -1e9 at ids never to produce).
+        The shared cache holds the encoder-decoder keys/values, projected here once per sentence and
+        never copied per beam; the cache the search tiles and reorders holds only the self-attention
+        keys/values (growing, or fixed buffers of ``max_decode_length`` steps as XLA needs; see
+        ``init_cache``). ``logits_bias`` [target_vocab], if given, is added to the logits (e.g.
+        -1e9 at ids never to produce).
         """
         cache = self.init_cache(memory, memory_mask, max_decode_length)
-        memory_cache = cache.pop("memory")
+        shared_cache = cache.pop("memory")
 
-        def symbols_to_logits_fn(ids, i, cache):
-            logits, cache = self.decode_step(ids[:, i], i, {**cache, "memory": memory_cache})
+        def symbols_to_logits_fn(ids, i, cache, shared_cache):
+            logits, cache = self.decode_step(ids[:, i], i, {**cache, "memory": shared_cache})
             if logits_bias is not None:
                 logits += logits_bias
             return logits, {key: value for key, value in cache.items() if key != "memory"}
 
-        return cache, symbols_to_logits_fn
+        return cache, shared_cache, symbols_to_logits_fn
 
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable,

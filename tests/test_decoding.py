@@ -109,10 +109,10 @@ def run_beam(model, length, beam_size, alpha, max_lengths=None, **kwargs):
     )
 
 
-def run_greedy(model, length, alpha, max_lengths=None):
+def run_greedy(model, length, alpha, max_lengths=None, **kwargs):
     return decoding.greedy_search(
         model.step_fn, tf.fill([model.batch], START), model.initial_cache(length), length, EOS,
-        max_lengths=max_lengths, pad_id=PAD, alpha=alpha,
+        max_lengths=max_lengths, pad_id=PAD, alpha=alpha, **kwargs,
     )
 
 
@@ -291,6 +291,45 @@ def test_early_stop_changes_nothing(long_model, alpha):
             assert int(early.steps) < LONG
 
 
+@pytest.mark.parametrize("search", ["beam", "greedy"])
+def test_finished_examples_leave_the_batch_without_changing_results(long_model, search, monkeypatch):
+    """Eagerly the loop runs in Python, so the rows each step computes can be counted."""
+    rows = []
+    step_fn = long_model.step_fn
+
+    def counting_step_fn(ids, i, cache):
+        rows.append(int(tf.shape(ids)[0]))
+        return step_fn(ids, i, cache)
+
+    monkeypatch.setattr(long_model, "step_fn", counting_step_fn)
+    beam_size = 3 if search == "beam" else 1
+
+    def run(drop):
+        rows.clear()
+        if search == "beam":
+            result = run_beam(long_model, LONG, beam_size, 0.6, max_lengths=LONG_LIMITS,
+                              drop_finished=drop)
+        else:
+            result = run_greedy(long_model, LONG, 0.6, max_lengths=LONG_LIMITS, drop_finished=drop)
+        return result, list(rows)
+
+    (kept, kept_rows), (dropped, dropped_rows) = run(False), run(True)
+    for got, want in zip(dropped, kept):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    batch_rows = len(LONG_LIMITS) * beam_size
+    assert set(kept_rows) == {batch_rows}
+    assert dropped_rows[0] == batch_rows and dropped_rows == sorted(dropped_rows, reverse=True)
+    # The example with limit 1 is done after one step, so the second step already computes fewer.
+    assert dropped_rows[1] < batch_rows and len(dropped_rows) == len(kept_rows)
+
+
+def test_dropping_finished_examples_is_refused_under_xla(long_model):
+    search = tf.function(lambda: run_greedy(long_model, LONG, 0.0, drop_finished=True),
+                         jit_compile=True)
+    with pytest.raises(ValueError, match="drop_finished=True changes shapes"):
+        search()
+
+
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0])
 @pytest.mark.parametrize("n_best", [1, 2])
 def test_n_best_keeps_the_exhaustive_top_n_and_stops_no_later(model, alpha, n_best):
@@ -425,27 +464,35 @@ def test_real_model_cached_search_equals_uncached_and_xla():
     cache = model.init_cache(memory, memory_mask, length)
     plain = {"memory": memory, "memory_mask": memory_mask}
 
-    def beam(step_fn, cache, start, limits):
+    def beam(step_fn, cache, start, limits, **options):
         return decoding.beam_search(
-            step_fn, start, cache, beam_size, 0.6, length, EOS, max_lengths=limits
+            step_fn, start, cache, beam_size, 0.6, length, EOS, max_lengths=limits, **options
         )
 
-    def greedy(step_fn, cache, start, limits):
-        return decoding.greedy_search(step_fn, start, cache, length, EOS, max_lengths=limits)
+    def greedy(step_fn, cache, start, limits, **options):
+        return decoding.greedy_search(step_fn, start, cache, length, EOS, max_lengths=limits,
+                                      **options)
 
     # The Translator's: a growing self-attention cache, the encoder's keys/values per sentence.
-    growing, growing_step = model.decoding_function(memory, memory_mask, logits_bias=forbidden)
-    fixed, fixed_step = model.decoding_function(memory, memory_mask, length, logits_bias=forbidden)
+    # Finished examples leave the batch (drop_finished, the default without XLA) or not.
+    growing, memory_rows, growing_step = model.decoding_function(memory, memory_mask,
+                                                                 logits_bias=forbidden)
+    fixed, _, fixed_step = model.decoding_function(memory, memory_mask, length, logits_bias=forbidden)
+
+    def shared(search, step_fn, **options):
+        return lambda cache, start, limits: search(
+            step_fn, cache, start, limits, shared_cache=memory_rows, **options)
 
     for search in (beam, greedy):
-        want = search(uncached, plain, start, limits)
-        runs = [search(cached, cache, start, limits), search(growing_step, growing, start, limits),
-                tf.function(lambda *args: search(growing_step, *args))(growing, start, limits)]
+        want = search(uncached, plain, start, limits, drop_finished=False)
+        runs = [search(uncached, plain, start, limits), search(cached, cache, start, limits),
+                shared(search, growing_step)(growing, start, limits),
+                shared(search, growing_step, drop_finished=False)(growing, start, limits),
+                tf.function(shared(search, growing_step))(growing, start, limits)]
         if search is beam:
             xla = tf.function(lambda *args: search(cached, *args), jit_compile=True)
             runs.append(xla(cache, start, limits))
-            xla = tf.function(lambda *args: search(fixed_step, *args), jit_compile=True)
-            runs.append(xla(fixed, start, limits))
+            runs.append(tf.function(shared(search, fixed_step), jit_compile=True)(fixed, start, limits))
         for got in runs:
             np.testing.assert_array_equal(got.ids.numpy(), want.ids.numpy())
             np.testing.assert_array_equal(got.lengths.numpy(), want.lengths.numpy())
