@@ -29,8 +29,9 @@ through one narrow function, the ``symbols_to_logits_fn`` of TF Model Garden's b
   example is computed until all are done, as with ``drop_finished=False``). The results are the
   same either way.
 
-Both searches run one ``tf.while_loop``; apart from growing cache leaves its loop variables keep
-static shapes, so the searches run eagerly, inside ``tf.function`` and under
+Both searches run one ``tf.while_loop``. Its loop variables keep static shapes except the cache
+(which may grow) and, while finished examples leave, the row counts; under XLA nothing changes
+shape, so the searches run eagerly, inside ``tf.function`` and under
 ``tf.function(jit_compile=True)``.
 
 Conventions shared by both searches:

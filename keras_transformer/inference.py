@@ -96,9 +96,10 @@ class Translator(tf.Module):
         # keys/values kept once per sentence, not copied per beam. Under XLA, which needs one shape
         # for every step: fixed buffers for this batch's longest possible output. Each sentence
         # stops at its own source length + extra_length.
-        limits, fixed_length = source_lengths + self.decoding.extra_length, None
+        extra = self.decoding.extra_length
+        limits, fixed_length = source_lengths + extra, None
         if decoding.compiling_with_xla():
-            fixed_length = tf.minimum(tf.shape(source_ids)[1], self.max_source_length) + self.decoding.extra_length
+            fixed_length = tf.minimum(tf.shape(source_ids)[1], self.max_source_length) + extra
             limits = tf.minimum(limits, fixed_length)
         cache, shared, symbols_to_logits_fn = self.model.decoding_function(
             memory, memory_mask, fixed_length, logits_bias=never)
