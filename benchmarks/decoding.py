@@ -30,8 +30,9 @@ values copied and reordered per beam, no sentence leaving the batch), in one run
 
 The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
 weights with ``keras_transformer.export_ctranslate2`` and decodes the same test sentences, batched
-the same way, with our search and with CTranslate2 float32 on the same CPU threads, greedy and beam
-4 with length penalty off (alpha 0 / length_penalty=0: the two length penalties differ) and one
+the same way, with our search and with CTranslate2 float32 on the same CPU, each with its fastest
+thread setting here (TensorFlow with one intra-op thread, --intra_op_threads, as every part of this
+benchmark; CTranslate2 with one intra_threads per core, --threads), greedy and beam 4 with length penalty off (alpha 0 / length_penalty=0: the two length penalties differ) and one
 length limit per batch (CTranslate2's max_decoding_length = longest source + extra_length, ours the
 same); pad and start are excluded on both sides. It reports both speeds, their ratio and the
 fraction of identical translations (token ids). With random weights outputs run to the limit and
@@ -51,6 +52,11 @@ import time
 from absl import app, flags, logging
 
 from benchmarks import common
+from trainers import thread_flags
+
+flags.adopt_module_key_flags(thread_flags)
+# One intra-op thread: the fastest for decoding the small model on this CPU (see trainers/thread_flags.py).
+flags.FLAGS.set_default("intra_op_threads", 1)
 
 flags.DEFINE_string("model_dir", None, "A training run (default: a randomly initialised model).")
 flags.DEFINE_string("checkpoint", None, "With --model_dir: 'averaged', a prefix or a folder.")
@@ -78,7 +84,7 @@ flags.DEFINE_integer("ctranslate2_sentences", 128, "Test sentences of the CTrans
                      lower_bound=1)
 flags.DEFINE_integer("ctranslate2_batch_size", 16, "Batch size of the CTranslate2 comparison.",
                      lower_bound=1)
-flags.DEFINE_integer("threads", 0, "CTranslate2 intra_threads (0: as many as CPUs, like TensorFlow).")
+flags.DEFINE_integer("threads", 0, "CTranslate2 intra_threads (0: as many as CPUs, its fastest here).")
 
 FLAGS = flags.FLAGS
 BUCKET = 8  # batches are padded to a multiple of this many tokens (few XLA shapes)
@@ -376,7 +382,8 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs
                              "identical": f"{identical}/{len(sentences)} ({100 * identical / len(sentences):.1f}%)",
                              "seconds (median [min, max])":
                                  f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
-                             "first pass s": round(warmup, 2), "threads": threads,
+                             "first pass s": round(warmup, 2),
+                             "threads": threads if name == "ctranslate2" else thread_flags.used(),
                              "peak memory MB (process / added, first pass)":
                                  f"{memory[name].bytes / 2**20:,.0f} / "
                                  f"{memory[name].added_bytes / 2**20:,.0f}",
@@ -391,6 +398,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)
+    thread_flags.apply()
     extra_length = FLAGS.extra_length
     if FLAGS.smoke:  # every code path once, nothing timed seriously
         batch_sizes, uncached_sizes, lengths, runs, min_sentences = [2], [2], [2, 4], 1, 2
@@ -409,6 +417,7 @@ def main(argv):
     import tensorflow as tf
 
     model, tokenizer, sentences, described = load_model_and_sentences()
+    described += f"; TensorFlow intra-op threads: {thread_flags.used()} (--intra_op_threads)"
     load = os.getloadavg()
     print(f"decoding benchmark: {described}; {os.cpu_count()} CPUs, load average "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; TF {tf.__version__}", flush=True)

@@ -74,9 +74,10 @@ def parse(stdout_bytes):
 @pytest.fixture(scope="module")
 def checkpoint_output(setup):
     output = str(setup["base"] / "out.txt")
+    # One intra-op thread (set before TensorFlow starts, or it refuses): the same translations.
     code, _, stderr = run("translate", f"--model_dir={setup['model_dir']}", f"--input={setup['input']}",
                           f"--output={output}", "--batch_size=2", "--show_scores",
-                          "--beam_size=2", "--extra_length=6")
+                          "--beam_size=2", "--extra_length=6", "--intra_op_threads=1")
     assert code == 0, stderr
     with open(output, "rb") as f:
         return f.read(), stderr

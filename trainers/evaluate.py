@@ -24,10 +24,11 @@ import sys
 
 from absl import app, flags, logging
 
-from trainers import data_flags
+from trainers import data_flags, thread_flags
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)
+flags.adopt_module_key_flags(thread_flags)
 flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
 flags.DEFINE_string("checkpoint", None,
                     "With --model_dir: 'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix or a "
@@ -132,6 +133,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
     check_flags()
+    thread_flags.apply()
     config = test_data_config()
     sources, references = read_pairs(config, FLAGS.split, FLAGS.limit)
     translate_fn, source = load_translate_fn()

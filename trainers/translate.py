@@ -20,6 +20,9 @@ import sys
 
 from absl import app, flags
 
+from trainers import thread_flags
+
+flags.adopt_module_key_flags(thread_flags)
 flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
                     "folder (its highest numeric version is used). Beam settings are baked in.")
@@ -128,6 +131,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     check_flags()
+    thread_flags.apply()
     lines = read_lines()
     translate_fn, source = load_translate_fn()
 
