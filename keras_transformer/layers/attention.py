@@ -131,10 +131,14 @@ class MultiHeadAttention(keras.layers.Layer):
         if cache is None:
             kv = self._project_key_value(query if key_value is None else key_value)
         elif cache_index is None:
-            kv = cache
-            # Rows per sentence: 1, or the beam size when the query holds every beam.
+            # Rows per sentence: 1, or the beam size when the query holds every beam. The query gets
+            # a group axis and the keys/values a size-1 one, which the matrix products broadcast:
+            # no copies of a sentence's keys per beam, and no transposes.
             groups = ops.shape(q)[0] // ops.shape(cache["key"])[0]
-            q = _group_rows(q, groups, self.num_heads, self.d_k)
+            q = ops.reshape(q, (-1, groups, self.num_heads, ops.shape(q)[2], self.d_k))
+            kv = {name: ops.expand_dims(value, 1) for name, value in cache.items()}
+            if attention_mask is not None:
+                attention_mask = ops.expand_dims(attention_mask, 1)
         else:
             step = self._project_key_value(query)
             if grow_cache:
@@ -151,9 +155,10 @@ class MultiHeadAttention(keras.layers.Layer):
             q, kv["key"], kv["value"], attention_mask,
             weights_dropout=lambda w: self.weights_dropout(w, training=training),
         )
-        if groups is not None:
-            outputs = _ungroup_rows(outputs, groups, self.num_heads, self.d_v)
-            weights = _ungroup_rows(weights, groups, self.num_heads, ops.shape(weights)[3])
+        if groups is not None:  # [sentences, groups, heads, length, depth] -> rows
+            outputs = ops.reshape(outputs, (-1, self.num_heads, ops.shape(outputs)[3], self.d_v))
+            weights = ops.reshape(weights, (-1, self.num_heads, ops.shape(weights)[3],
+                                            ops.shape(weights)[4]))
         result = (self.output_projection(self._merge_heads(outputs, len(query.shape))),)
         if cache is not None:
             result += (kv,)
@@ -171,17 +176,3 @@ class MultiHeadAttention(keras.layers.Layer):
             "attention_dropout": self.attention_dropout,
         }
 
-
-def _group_rows(x, groups, heads, depth):
-    """[sentences * groups, heads, length, depth] -> [sentences, heads, groups * length, depth]:
-    the queries of a sentence's rows side by side, so that one matrix product per sentence and head
-    attends them all to the sentence's keys."""
-    length = ops.shape(x)[2]
-    x = ops.reshape(x, (-1, groups, heads, length, depth))
-    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, groups * length, depth))
-
-
-def _ungroup_rows(x, groups, heads, depth):
-    """The inverse of ``_group_rows``."""
-    x = ops.reshape(x, (-1, heads, groups, ops.shape(x)[2] // groups, depth))
-    return ops.reshape(ops.transpose(x, (0, 2, 1, 3, 4)), (-1, heads, ops.shape(x)[3], depth))
