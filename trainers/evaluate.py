@@ -25,6 +25,7 @@ import sys
 from absl import app, flags, logging
 
 from trainers import data_flags, thread_flags
+from trainers.console import stderr_progress
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)
@@ -138,18 +139,9 @@ def main(argv):
     sources, references = read_pairs(config, FLAGS.split, FLAGS.limit)
     translate_fn, source = load_translate_fn()
 
-    import contextlib
-
-    import keras
-
     from keras_transformer import evaluation
 
-    bar = keras.utils.Progbar(len(sources), unit_name="sentence")
-
-    def progress(n):
-        with contextlib.redirect_stdout(sys.stderr):
-            bar.add(n)
-
+    progress = stderr_progress(len(sources))
     lang = FLAGS.lang or ("fr" if config.dataset == "wmt14_en_fr" else "de")
     result, hypotheses = evaluation.translate_and_evaluate(
         translate_fn, sources, references, lang, FLAGS.batch_size, progress)

@@ -21,6 +21,7 @@ import sys
 from absl import app, flags
 
 from trainers import thread_flags
+from trainers.console import stderr_progress
 
 flags.adopt_module_key_flags(thread_flags)
 flags.DEFINE_string("saved_model", None,
@@ -135,22 +136,11 @@ def main(argv):
     lines = read_lines()
     translate_fn, source = load_translate_fn()
 
-    import contextlib
-
-    import keras
-
     from keras_transformer.inference import translate_in_batches
 
     # Empty and whitespace-only lines are answered here: no need to run the model on them.
     todo = [i for i, line in enumerate(lines) if line.strip()]
-    progress = None
-    if FLAGS.input is not None and todo:
-        bar = keras.utils.Progbar(len(todo), unit_name="sentence")
-
-        def progress(n):
-            with contextlib.redirect_stdout(sys.stderr):  # stdout may carry the translations
-                bar.add(n)
-
+    progress = stderr_progress(len(todo)) if FLAGS.input is not None and todo else None
     results = translate_in_batches(translate_fn, [lines[i] for i in todo], FLAGS.batch_size,
                                    progress)
     output = [""] * len(lines)
