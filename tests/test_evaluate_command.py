@@ -117,6 +117,8 @@ def test_evaluate_command_on_an_exported_copy_model(exported_copy_model):
     assert float(sacre.group(1)) == pytest.approx(EXPECTED_SACREBLEU, abs=0.005)
     assert float(tokenized.group(1)) == pytest.approx(EXPECTED_TOKENIZED, abs=0.005)
     assert output.read_text(encoding="utf-8").splitlines() == SOURCES
+    done = f"{len(FIXTURE)}/{len(FIXTURE)}"  # the progress bar, finished, on stderr: stdout is the scores'
+    assert done in stderr and done not in stdout, (stdout, stderr)
 
 
 def test_evaluate_command_reports_a_missing_model_without_traceback(exported_copy_model):
