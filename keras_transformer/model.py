@@ -48,9 +48,17 @@ class Transformer(keras.Model):
                                                                name="target_positions", dtype=policy)
         # Section 5.4: dropout on the sums of embeddings and positional encodings.
         self.embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout", dtype=policy)
+        # Word dropout (Sennrich & Zhang 2019): whole token embeddings zeroed, all d_model features
+        # of a position together (one noise value per position), before the positional encodings
+        # are added, so a dropped word keeps its position. Kept ones are scaled by 1 / (1 - p) as
+        # in ordinary dropout. Training only.
+        self.source_word_dropout = keras.layers.Dropout(
+            config.source_word_dropout, noise_shape=(None, None, 1), name="source_word_dropout", dtype=policy)
+        self.target_word_dropout = keras.layers.Dropout(
+            config.target_word_dropout, noise_shape=(None, None, 1), name="target_word_dropout", dtype=policy)
         stack = dict(num_layers=config.num_layers, layer_config=layer_kwargs(config), dtype=policy)
         self.encoder = Encoder(name="encoder", **stack)
-        self.decoder = Decoder(name="decoder", **stack)
+        self.decoder = Decoder(name="decoder", layerdrop=config.decoder_layerdrop, **stack)
         # Every shape is known from the config, so build now: encode/decode_step may then be called
         # (e.g. after restoring a checkpoint) before any forward pass.
         self.build(((None, None), (None, None)))
@@ -99,14 +107,17 @@ class Transformer(keras.Model):
 
     # -- the forward pass --
 
-    def _embed(self, ids, embedding, positions, start=0, training=None):
+    def _embed(self, ids, embedding, positions, start=0, training=None, word_dropout=None):
         """Token embeddings x sqrt(d_model) (section 3.4) plus positional encodings (section 3.5)."""
         length = ops.shape(ids)[1]
         if self.config.positional == "learned":
             position_table = positions(ids, start=start)
         else:
             position_table = positional_encoding(length, self.config.d_model, start)
-        x = embedding(ids) + ops.cast(position_table, self.compute_dtype)
+        tokens = embedding(ids)
+        if word_dropout is not None:
+            tokens = word_dropout(tokens, training=training)
+        x = tokens + ops.cast(position_table, self.compute_dtype)
         return self.embedding_dropout(x, training=training)
 
     def encode(self, source_ids, training=False):
@@ -115,7 +126,7 @@ class Transformer(keras.Model):
         source_ids = self._checked_ids(source_ids, self.config.vocab_size, "source_ids")
         memory_mask = masks.padding_mask(source_ids, self.config.pad_id)
         x = self._embed(source_ids, self.source_embedding, getattr(self, "source_positions", None),
-                        training=training)
+                        training=training, word_dropout=self.source_word_dropout)
         return self.encoder(x, padding_mask=memory_mask, training=training), memory_mask
 
     def decode(self, target_input_ids, memory, memory_mask, training=False):
@@ -123,7 +134,7 @@ class Transformer(keras.Model):
         target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
                                              "target_input_ids")
         x = self._embed(target_input_ids, self.target_embedding, getattr(self, "target_positions", None),
-                        training=training)
+                        training=training, word_dropout=self.target_word_dropout)
         self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
         x = self.decoder(x, memory, self_mask, memory_mask, training=training)
         return self.softmax_embedding.project(x)

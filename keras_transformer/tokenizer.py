@@ -52,7 +52,8 @@ class SubwordTokenizer(tf.Module):
     first EOS or pad and skipping BOS.
     """
 
-    def __init__(self, model_proto: bytes, path: Optional[str] = None, name=None):
+    def __init__(self, model_proto: bytes, path: Optional[str] = None, name=None,
+                 sampling: float = 0.0):
         super().__init__(name=name)
         import sentencepiece as spm
         import tensorflow_text as tf_text
@@ -68,7 +69,12 @@ class SubwordTokenizer(tf.Module):
                 "SubwordTokenizer.learn."
             )
         self._vocab_size = processor.get_piece_size()
-        self._sp = tf_text.SentencepieceTokenizer(model=self._model_proto, out_type=tf.int32)
+        self._sampling = float(sampling)
+        # nbest_size=-1 with a BPE model is BPE-dropout: each merge is skipped with
+        # probability alpha, so one word gets different segmentations from batch to batch.
+        sampler = dict(nbest_size=-1, alpha=self._sampling) if self._sampling else {}
+        self._sp = tf_text.SentencepieceTokenizer(model=self._model_proto, out_type=tf.int32,
+                                                  **sampler)
 
     # --- construction -------------------------------------------------------------------
 
@@ -153,11 +159,24 @@ class SubwordTokenizer(tf.Module):
         except (RuntimeError, OSError) as e:
             raise ValueError(f"{path} is not a SentencePiece model: {e}") from None
 
+    def with_sampling(self, probability: float) -> "SubwordTokenizer":
+        """The same vocabulary, tokenizing by subword sampling for training: BPE-dropout
+        (Provilkov et al. 2020), the BPE form of subword regularization (Kudo 2018). Every
+        merge is skipped with ``probability``; detokenizing still gives back the text."""
+        if not 0.0 <= probability < 1.0:
+            raise ValueError(f"subword_sampling={probability}: must be in [0, 1).")
+        return SubwordTokenizer(self._model_proto, self._path, sampling=probability)
+
     # --- properties -----------------------------------------------------------------------
 
     @property
     def vocab_size(self) -> int:
         return self._vocab_size
+
+    @property
+    def sampling(self) -> float:
+        """The BPE-dropout probability of :meth:`tokenize` (0: deterministic)."""
+        return self._sampling
 
     @property
     def model_proto(self) -> bytes:

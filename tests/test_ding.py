@@ -124,7 +124,7 @@ def test_tfds_builder_serves_the_hash_splits(tmp_path):
     source.write_text("".join(lines), encoding="utf-8")
     config = data.DataConfig(dataset="ding_de_en", data_dir=str(tmp_path / "data"),
                              ding_file=str(source))
-    data.prepare_ding(config)
+    data.prepare_offline(config)
     expected = ding.split_pairs(ding.extract_pairs(str(source))[0])
     for split, tfds_split in (("train", "train"), ("dev", "validation"), ("test", "test")):
         ours = [(a.decode(), b.decode())

@@ -129,3 +129,17 @@ def test_evaluate_command_reports_a_missing_model_without_traceback(exported_cop
     assert "evaluate:" in stderr and "nothing" in stderr and "does not exist" in stderr
     assert "Traceback" not in stderr
 
+
+
+def test_evaluate_floors_beside_the_model(exported_copy_model):
+    # The copy model scores exactly the copy floor; with the test pairs as training data the
+    # translation memory finds every sentence (100) and the verdict says the model is below it.
+    base, test_file = exported_copy_model
+    code, stdout, stderr = run(f"--saved_model={base / 'copy'}", "--dataset=files",
+                               f"--train_data={test_file}", f"--test_data={test_file}", "--floors")
+    assert code == 0, stderr
+    rows = {m.group(1): float(m.group(2)) for m in
+            re.finditer(r"^(model|translation memory|copy the source) +sacreBLEU +([\d.]+)", stdout, re.M)}
+    assert rows["model"] == rows["copy the source"] == pytest.approx(EXPECTED_SACREBLEU, abs=0.005)
+    assert rows["translation memory"] == pytest.approx(100.0)
+    assert re.search(r"^verdict: .*below the translation memory", stdout, re.M)

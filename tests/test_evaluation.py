@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from keras_transformer import evaluation
 from keras_transformer.evaluation import paper_tokenize, sacrebleu_score, tokenized_bleu
 
 
@@ -65,3 +66,90 @@ def test_identity_is_100_and_mismatch_is_an_error():
     assert tokenized_bleu(REFERENCES, REFERENCES).score == pytest.approx(100)
     with pytest.raises(ValueError, match="got 1 hypotheses and 2 references"):
         sacrebleu_score(HYPOTHESES[:1], REFERENCES)
+
+
+# --- floors --------------------------------------------------------------------------------------
+
+TRAIN = [
+    ("Select a cell.", "Wählen Sie eine Zelle."),
+    ("Choose Format - Cells.", "Wählen Sie Format - Zellen."),
+    ("Click the OK button.", "Klicken Sie auf die Schaltfläche OK."),
+    ("Select a range of cells.", "Wählen Sie einen Zellbereich."),
+    ("Open the Styles deck.", "Öffnen Sie das Formatvorlagen-Deck."),
+    ("Click Cancel to close the dialog.", "Klicken Sie auf Abbrechen, um den Dialog zu schließen."),
+    ("Select a cell.", "Markieren Sie eine Zelle."),  # the same English again: ties go first
+]
+
+
+def test_copy_of_identical_sides_scores_100_and_matches_sacrebleu():
+    import sacrebleu
+
+    same = ["Calc", "Writer opens the Styles deck.", "Press F1 for help now."]
+    assert evaluation.floors(same, same, TRAIN).copy.sacrebleu.score == pytest.approx(100.0)
+    sources = ["Select the cell A1.", "Click the OK button twice."]
+    references = ["Wählen Sie die Zelle A1.", "Klicken Sie zweimal auf OK."]
+    copy = evaluation.floors(sources, references, TRAIN).copy
+    assert copy.sacrebleu.score == pytest.approx(
+        sacrebleu.corpus_bleu(sources, [references]).score)
+
+
+def brute_force_nearest(sources):
+    """Cosine of TF-IDF vectors written out by hand (scikit-learn's smooth idf: ln((1+n)/(1+df))+1;
+    word unigrams and bigrams, case kept), the earliest pair on ties."""
+    import math
+    import re
+    from collections import Counter
+
+    def terms(text):
+        words = re.findall(r"\b\w+\b", text)
+        return Counter(words + [" ".join(pair) for pair in zip(words, words[1:])])
+
+    documents = [terms(source) for source, _ in TRAIN]
+    n = len(documents)
+    df = Counter(term for document in documents for term in document)
+    idf = {term: math.log((1 + n) / (1 + count)) + 1 for term, count in df.items()}
+
+    def vector(counts):
+        v = {t: c * idf[t] for t, c in counts.items() if t in idf}
+        norm = math.sqrt(sum(x * x for x in v.values())) or 1.0
+        return {t: x / norm for t, x in v.items()}
+
+    train_vectors = [vector(d) for d in documents]
+    result = []
+    for source in sources:
+        q = vector(terms(source))
+        scores = [sum(q.get(t, 0.0) * x for t, x in v.items()) for v in train_vectors]
+        best = max(range(n), key=lambda i: (scores[i], -i))
+        result.append((best, scores[best]))
+    return result
+
+
+def test_translation_memory_finds_exact_matches_and_the_nearest_pair():
+    memory = evaluation.TranslationMemory(TRAIN)
+    sources = ["Select a cell.", "Click the OK button.", "Select a range of cells in Calc.",
+               "Click Cancel.", "Open the deck.", "Zebra xylophone."]
+    indices, similarities = memory.nearest(sources)
+    expected = brute_force_nearest(sources)
+    assert indices == [i for i, _ in expected]
+    assert similarities == pytest.approx([s for _, s in expected])
+    lookup = memory.lookup(sources)
+    # exact matches: the German of that very sentence (the first of two on a tie)
+    assert lookup[:2] == ["Wählen Sie eine Zelle.", "Klicken Sie auf die Schaltfläche OK."]
+    assert similarities[0] == pytest.approx(1.0) and similarities[-1] == 0.0
+
+
+def test_verdict_says_whether_the_model_beat_the_memory():
+    references = ["Wählen Sie eine Zelle.", "Klicken Sie auf die Schaltfläche OK."]
+    sources = ["Select a cell.", "Click the OK button."]
+    floors = evaluation.floors(sources, references, TRAIN)
+    assert floors.translation_memory.sacrebleu.score == pytest.approx(100.0)
+    weak = evaluation.evaluate_translations(["Zelle.", "OK."], references)
+    line = evaluation.verdict(weak, floors)
+    assert "below the translation memory" in line and "not learned to translate" in line
+    assert "\n" not in line
+    perfect_floors = evaluation.floors(sources, references, TRAIN[2:3])
+    strong = evaluation.evaluate_translations(references, references)
+    assert "above the translation memory" in evaluation.verdict(strong, perfect_floors)
+    lines = evaluation.floor_lines(weak, floors)
+    assert [line.split()[0] for line in lines] == ["model", "translation", "copy"]
+    assert f"{weak.sacrebleu.score:6.2f}" in lines[0]

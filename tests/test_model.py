@@ -77,9 +77,13 @@ def test_padding_does_not_change_real_positions(model):
     np.testing.assert_allclose(padded[:, :5][real], base[real], atol=1e-5)
 
 
+# The low-resource regularisers at high rates: inference must not see any of them.
+REGULARISERS = dict(source_word_dropout=0.5, target_word_dropout=0.5, decoder_layerdrop=0.5)
+
+
 @pytest.mark.parametrize("max_decode_length", [8, None], ids=["fixed", "growing"])
 @pytest.mark.parametrize("overrides", [{}, dict(norm_first=True, positional="learned"),
-                                       dict(target_vocab_size=24)])
+                                       dict(target_vocab_size=24), REGULARISERS])
 def test_cached_decoding_reproduces_teacher_forcing(overrides, max_decode_length):
     m = tiny(**overrides)
     target = np.minimum(TARGET, m.config.output_vocab_size - 1)
@@ -142,7 +146,8 @@ def test_dropout_is_active_only_in_training():
 
 
 @pytest.mark.parametrize("overrides", [{}, dict(positional="learned", target_vocab_size=24,
-                                                share_embeddings=False, norm_first=True)])
+                                                share_embeddings=False, norm_first=True),
+                                       REGULARISERS])
 def test_keras_format_round_trip(tmp_path, overrides):
     m = tiny(**overrides)
     target = np.minimum(TARGET, m.config.output_vocab_size - 1)
@@ -151,6 +156,59 @@ def test_keras_format_round_trip(tmp_path, overrides):
     loaded = keras.saving.load_model(tmp_path / "model.keras")
     assert loaded.config == m.config
     np.testing.assert_array_equal(np.asarray(loaded((SOURCE, target))), expected)
+
+
+def test_regularisers_vary_training_and_leave_inference_deterministic():
+    m = tiny(**REGULARISERS)
+    a = np.asarray(m((SOURCE, TARGET), training=False))
+    np.testing.assert_array_equal(a, np.asarray(m((SOURCE, TARGET), training=False)))
+    # tiny has P_drop 0: any change in training comes from the word dropout and LayerDrop.
+    assert np.abs(np.asarray(m((SOURCE, TARGET), training=True)) - a).max() > 1e-3
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_word_dropout_zeroes_whole_words_at_the_requested_rate(side):
+    rate = 0.3
+    m = tiny(**{f"{side}_word_dropout": rate})
+    ids = np.random.default_rng(0).integers(4, VOCAB, size=(64, 50))
+    embedding = m.source_embedding if side == "source" else m.target_embedding
+    dropout = getattr(m, f"{side}_word_dropout")
+    tokens = np.asarray(embedding(ids))
+    plain = np.asarray(m._embed(ids, embedding, None, training=False, word_dropout=dropout))
+    noisy = np.asarray(m._embed(ids, embedding, None, training=True, word_dropout=dropout))
+    kept_tokens = noisy - (plain - tokens)  # the positional encodings taken out again
+    dropped = np.all(np.abs(kept_tokens) < 1e-5, axis=-1)
+    kept = np.all(np.abs(kept_tokens - tokens / (1 - rate)) < 1e-4, axis=-1)
+    assert np.all(dropped ^ kept)  # a word goes whole or stays whole, rescaled by 1 / (1 - p)
+    n = dropped.size
+    assert abs(dropped.mean() - rate) < 4 * np.sqrt(rate * (1 - rate) / n)
+
+
+def test_decoder_layerdrop_skips_layers_at_the_requested_rate():
+    # One post-LN decoder layer and no dropout: a skipped layer returns its input exactly.
+    m = tiny(num_layers=1, decoder_layerdrop=0.5)
+    x = np.random.default_rng(1).normal(size=(2, 5, 32)).astype("float32")
+    memory, memory_mask = m.encode(SOURCE)
+    from keras_transformer.layers import masks
+
+    self_mask = masks.decoder_self_attention_mask(TARGET, 0)
+    applied = np.asarray(m.decoder(x, memory, self_mask, memory_mask, training=False))
+    trials, skipped = 200, 0
+    for _ in range(trials):
+        out = np.asarray(m.decoder(x, memory, self_mask, memory_mask, training=True))
+        if np.array_equal(out, x):
+            skipped += 1
+        else:
+            np.testing.assert_allclose(out, applied, atol=1e-5)
+    assert abs(skipped - trials * 0.5) < 4 * np.sqrt(trials * 0.25)
+
+
+@pytest.mark.parametrize("field", ["source_word_dropout", "target_word_dropout",
+                                   "decoder_layerdrop"])
+@pytest.mark.parametrize("value", [1.0, -0.1])
+def test_regulariser_rates_are_validated(field, value):
+    with pytest.raises(ValueError, match=rf"TransformerConfig.{field} must be in \[0, 1\)"):
+        TransformerConfig.from_preset("tiny", vocab_size=VOCAB, **{field: value})
 
 
 @pytest.mark.parametrize("source,message", [

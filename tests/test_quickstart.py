@@ -52,7 +52,7 @@ def small_run_flags(tmp_path, files):
             f"--test_data={files['test']}", f"--data_dir={tmp_path / 'data'}", "--vocab_size=320",
             "--preset=tiny", "--train_steps=4", "--checkpoint_every_steps=2", "--average_last=2",
             "--log_every_steps=1", "--max_length=24", "--token_budget=256", "--beam_size=2",
-            "--samples=3", "--mixed_precision=float32"]
+            "--samples=3", "--mixed_precision=float32", "--num_heads=2"]
 
 
 @pytest.fixture(scope="module")
@@ -93,14 +93,76 @@ def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
     assert [s["translation"] for s in record["samples"]] == hypotheses[:3]
 
 
+def read_tsv(path):
+    return [line.split("\t") for line in open(path, encoding="utf-8").read().splitlines()]
+
+
+def test_trainer_flags_reach_the_trainer(smoke):
+    # --num_heads is a flag of trainers.wmt, not of the quickstart: it must arrive all the same.
+    tmp_path, _ = smoke
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["model"]["num_heads"] == 2 and config["model"]["d_model"] == 32  # tiny
+    assert config["training"]["mixed_precision"] == "float32"
+
+
+def test_report_puts_the_floors_and_a_verdict_beside_the_model(smoke):
+    import sacrebleu
+
+    tmp_path, stdout = smoke
+    report = stdout[stdout.index("quickstart report"):]
+    record = json.loads((tmp_path / "run" / "report.json").read_text())
+    sources, references = zip(*read_tsv(tmp_path / "test.tsv"))
+    # copy: the English source as the translation, scored independently here
+    copy = sacrebleu.corpus_bleu(list(sources), [list(references)]).score
+    assert record["floors"]["copy"]["sacrebleu"] == pytest.approx(copy)
+    assert re.search(r"^\s+copy the source\s.*" + re.escape(f"{copy:.2f}"), report, re.M)
+    memory = record["floors"]["translation_memory"]["sacrebleu"]
+    assert re.search(r"^\s+translation memory\s.*" + re.escape(f"{memory:.2f}"), report, re.M)
+    # A 4-step model cannot beat a memory of word-for-word pairs: the verdict must say so.
+    assert record["sacrebleu"] < memory
+    assert "below the translation memory" in record["verdict"]
+    assert record["verdict"] in report
+
+
+def test_learning_curve_of_the_run(smoke):
+    tmp_path, _ = smoke
+    output = tmp_path / "curve.png"
+    code, stdout, stderr = run(f"--model_dirs={tmp_path / 'run'}", f"--output={output}",
+                               module="benchmarks.learning_curve")
+    assert code == 0, stderr[-3000:]
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    curve = json.loads((tmp_path / "curve.json").read_text())["run"]
+    assert [step for _, step, _ in curve["train_loss"]] == [1, 2, 3, 4]  # --log_every_steps=1
+    assert curve["dev_bleu"] and curve["dev_loss"]
+    # the floors on the dev-BLEU sentences (all 8 dev pairs here), computed independently
+    import sacrebleu
+
+    sources, references = zip(*read_tsv(tmp_path / "dev.tsv"))
+    assert curve["dev_sentences"] == len(sources)
+    assert curve["floors"]["copy"] == pytest.approx(
+        sacrebleu.corpus_bleu(list(sources), [list(references)]).score)
+
+
 def test_missing_corpus_fails_in_the_data_stage(tmp_path):
     missing = tmp_path / "no" / "de-en"
     code, stdout, stderr = run(f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}",
-                               f"--data_dir={tmp_path / 'data'}", f"--ding_file={missing}")
+                               f"--data_dir={tmp_path / 'data'}", "--dataset=ding_de_en",
+                               f"--ding_file={missing}")
     assert code != 0
     assert "stage 1/6 'data' failed" in stderr and str(missing) in stderr
     assert "What to do:" in stderr and "trans-de-en" in stderr
     assert "Traceback" not in stderr
+    assert "[2/6] train" not in stdout
+
+
+def test_missing_help_pages_name_the_setup_command(tmp_path):
+    # The default corpus, absent: the data stage says how to install it, in one message.
+    missing = tmp_path / "no-help"
+    code, stdout, stderr = run(f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}",
+                               f"--data_dir={tmp_path / 'data'}", f"--libreoffice_help_dir={missing}")
+    assert code != 0 and "Traceback" not in stderr
+    assert "stage 1/6 'data' failed" in stderr and str(missing) in stderr
+    assert "bash trainers/setup.sh" in stderr and "libreoffice-help-de" in stderr
     assert "[2/6] train" not in stdout
 
 

@@ -130,3 +130,32 @@ def test_bad_vocabulary_sizes_and_files(tmp_path):
     bad.write_bytes(b"not a model")
     with pytest.raises(ValueError, match=r"bad.model is not a SentencePiece model"):
         SubwordTokenizer.load(str(bad))
+
+
+def test_subword_sampling_varies_segmentation_but_not_text(tokenizer):
+    texts = SENTENCES[:24]
+    reference = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    deterministic = reference.encode(texts)
+    sampler = tokenizer.with_sampling(0.2)
+    assert (sampler.sampling, tokenizer.sampling) == (0.2, 0.0)
+    segmentations = [sampler.tokenize(tf.constant(texts)) for _ in range(5)]
+    changed = sum(ids != base for s in segmentations for ids, base in zip(s.to_list(), deterministic))
+    # A 320-piece vocabulary has few merges to drop; still, many sentences change.
+    assert changed > 0.25 * len(texts) * 5
+    # Dropped merges give more, shorter pieces, never fewer.
+    assert all(len(ids) >= len(base) for s in segmentations
+               for ids, base in zip(s.to_list(), deterministic))
+    for ids in segmentations:
+        assert [b.decode("utf-8") for b in sampler.detokenize(ids).numpy()] == texts
+    # The plain tokenizer is untouched by its sampling sibling.
+    assert tokenizer.tokenize(tf.constant(texts)).to_list() == deterministic
+
+
+def test_subword_sampling_only_reaches_the_training_batches(tokenizer):
+    from keras_transformer.data import DataConfig, training_tokenizer
+
+    config = DataConfig(dataset="ding_de_en", subword_sampling=0.1)
+    assert training_tokenizer(config, tokenizer).sampling == 0.1
+    assert training_tokenizer(DataConfig(dataset="ding_de_en"), tokenizer) is tokenizer
+    with pytest.raises(ValueError, match=r"subword_sampling=1.0"):
+        DataConfig(dataset="ding_de_en", subword_sampling=1.0)

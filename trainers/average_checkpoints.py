@@ -13,6 +13,8 @@ import sys
 
 from absl import app, flags
 
+from trainers import console
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The --model_dir of a training run (holds config.json).")
 flags.DEFINE_integer("last", 5, "Average this many of the latest checkpoints (5 base, 20 big).")
@@ -51,4 +53,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run(main)

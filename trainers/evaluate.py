@@ -10,6 +10,13 @@ Prints
     sacreBLEU = 12.34 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0)
     tokenized BLEU (Moses + compound split, the paper's) = 13.45 (...)
 
+and with --floors the floors on the same sentences and a verdict:
+
+    model               sacreBLEU  12.34   tokenized BLEU  13.45
+    translation memory  sacreBLEU  11.37   tokenized BLEU  11.66
+    copy the source     sacreBLEU   7.39   tokenized BLEU   7.35
+    verdict: 0.97 sacreBLEU above the translation memory: the model translates beyond ...
+
 sacreBLEU is the comparable number; the tokenized compound-split BLEU is how the paper's Table 2
 numbers (27.3 / 28.4 EN-DE) were computed, and is usually higher: never compare one with the other.
 
@@ -24,7 +31,7 @@ import sys
 
 from absl import app, flags, logging
 
-from trainers import data_flags, thread_flags
+from trainers import console, data_flags, thread_flags
 from trainers.console import stderr_progress
 
 FLAGS = flags.FLAGS
@@ -44,10 +51,15 @@ flags.DEFINE_string("output", None, "Write the translations here, one line per t
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
 flags.DEFINE_integer("beam_size", 4, "With --model_dir: beam size (section 6.1: 4).", lower_bound=1)
 flags.DEFINE_float("alpha", 0.6, "With --model_dir: length penalty alpha (section 6.1: 0.6).")
+flags.DEFINE_bool("floors", False,
+                  "Also score the two floors on the same sentences, copying the source and a "
+                  "translation memory (the German of the TF-IDF-nearest English training "
+                  "sentence), and say in one line whether the model beats the memory.")
 flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of the tokenized BLEU "
                     "(default: fr for wmt14_en_fr, else de).")
 
-DATA_FLAGS = ("dataset", "data_dir", "ding_file", "train_data", "dev_data", "test_data")
+DATA_FLAGS = ("dataset", "data_dir", "ding_file", "libreoffice_help_dir", "train_data", "dev_data",
+              "test_data")
 
 
 def fail(message):
@@ -77,13 +89,7 @@ def read_pairs(config, split, limit):
     from keras_transformer import data
 
     try:
-        pairs = data.load_text_pairs(config, split)
-        if limit:
-            pairs = pairs.take(limit)
-        sources, references = [], []
-        for source, target in pairs.as_numpy_iterator():
-            sources.append(source.decode("utf-8"))
-            references.append(target.decode("utf-8"))
+        sources, references = data.read_pairs(config, split, limit)
     except (ValueError, data.DataNotFoundError) as error:
         fail(f"no {split} data: {error}")
     if not sources:
@@ -150,7 +156,13 @@ def main(argv):
     print(f"evaluate: {source} on {config.dataset} {FLAGS.split} ({result.sentences} sentences)")
     for line in result.lines():
         print(line)
+    if FLAGS.floors:
+        train_sources, train_targets = read_pairs(config, "train", None)
+        floors = evaluation.floors(sources, references, list(zip(train_sources, train_targets)),
+                                   lang)
+        for line in evaluation.floor_lines(result, floors) + [evaluation.verdict(result, floors)]:
+            print(line)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run(main)

@@ -22,6 +22,8 @@ import sys
 
 from absl import app, flags, logging
 
+from trainers import console
+
 flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
 flags.DEFINE_string("checkpoint", None,
                     "'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix (e.g. "
@@ -145,4 +147,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run(main)

@@ -1,6 +1,7 @@
 """Prepares a corpus and its shared subword vocabulary, then reports what training will see.
 
     python -m trainers.prepare_data                          # offline Ding corpus (default)
+    python -m trainers.prepare_data --dataset=libreoffice_help_en_de   # the main job's corpus
     python -m trainers.prepare_data --dataset=files --train_data=train.tsv --dev_data=dev.tsv
     python -m trainers.prepare_data --dataset=wmt14_en_de --download   # needs a network
 
@@ -14,7 +15,7 @@ import sys
 
 from absl import app, flags, logging
 
-from trainers import data_flags
+from trainers import console, data_flags
 
 flags.DEFINE_bool("overwrite_vocab", False, "Learn the vocabulary again even if the file exists.")
 flags.DEFINE_bool(
@@ -46,6 +47,10 @@ def prepare(config):
 
     tokenizer, learned = data.load_or_learn_tokenizer(config, overwrite=FLAGS.overwrite_vocab)
     print(f"dataset: {config.dataset}   data_dir: {config.data_dir}")
+    if config.dataset == data.LIBREOFFICE_DATASET:
+        from keras_transformer.data import libreoffice_help
+
+        print(libreoffice_help.alignment_summary(config.libreoffice_help_dir))
     print(
         f"vocabulary: {tokenizer.vocab_size} subwords ({'learned now' if learned else 'reused'}) "
         f"at {tokenizer.path}"
@@ -84,4 +89,4 @@ def prepare(config):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run(main)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine for keras-transformer, idempotently:
 #   system packages (Python venv support, the offline English-German corpus `trans-de-en`),
-#   a virtual environment (default .venv, override with VENV=...), and this package in it.
+#   the LibreOffice help pages in English and German (the main job's corpus, unpacked into
+#   data/libreoffice-help), a virtual environment (default .venv, override with VENV=...), and this package in it.
 # Usage: bash trainers/setup.sh [EXTRA]     e.g. `bash trainers/setup.sh test` adds the test extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,21 @@ if [ ${#apt_packages[@]} -gt 0 ]; then
       fi
     fi
   fi
+fi
+
+# The LibreOffice help pages: unpacked, not installed (installing pulls in LibreOffice itself).
+help_dir="data/libreoffice-help"
+help_packages=(libreoffice-help-en-us libreoffice-help-de)
+if [ ! -d /usr/share/libreoffice/help/de/text ] && [ ! -d "$help_dir/usr/share/libreoffice/help/de/text" ]; then
+  echo "setup: unpacking ${help_packages[*]} into $help_dir"
+  mkdir -p "$help_dir"
+  download() { (cd "$help_dir" && apt-get download "${help_packages[@]}" >/dev/null 2>&1); }
+  if ! download && ! { as_root apt-get update -q >/dev/null 2>&1 && download; }; then
+    echo "setup: could not download ${help_packages[*]} (apt-get download needs the Debian/Ubuntu package lists: run 'sudo apt-get update')." >&2
+    exit 1
+  fi
+  for deb in "$help_dir"/libreoffice-help-*.deb; do dpkg -x "$deb" "$help_dir"; done
+  rm -f "$help_dir"/libreoffice-help-*.deb
 fi
 
 if [ ! -x "$venv/bin/python" ]; then

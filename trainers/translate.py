@@ -20,7 +20,7 @@ import sys
 
 from absl import app, flags
 
-from trainers import thread_flags
+from trainers import console, thread_flags
 from trainers.console import stderr_progress
 
 flags.adopt_module_key_flags(thread_flags)
@@ -165,4 +165,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    console.run(main)

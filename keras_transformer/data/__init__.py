@@ -1,4 +1,4 @@
-"""Input data (section 5.1): WMT14 through TFDS, the offline Ding corpus, your own files,
+"""Input data (section 5.1): WMT14 through TFDS, the offline corpora (LibreOffice help, Ding), your own files,
 token-budget length buckets. See pipeline.py for the entry points."""
 
 from keras_transformer.data.batching import (
@@ -13,7 +13,8 @@ from keras_transformer.data.batching import (
     length_statistics,
     make_batches,
 )
-from keras_transformer.data.config import DATASETS, DataConfig
+from keras_transformer.data.config import (DATASETS, DING_DATASET, LIBREOFFICE_DATASET,
+                                           DataConfig)
 from keras_transformer.data.pipeline import (
     SPLITS,
     bucket_spec,
@@ -22,16 +23,18 @@ from keras_transformer.data.pipeline import (
     load_text_pairs,
     make_dataset,
     make_distributed_dataset_fn,
-    prepare_ding,
+    prepare_offline,
+    read_pairs,
     training_texts,
+    training_tokenizer,
 )
 from keras_transformer.data.wmt import DataNotFoundError
 
 __all__ = [
-    "BatchStats", "BucketSpec", "DATASETS", "DataConfig", "DataNotFoundError", "LengthStats",
+    "BatchStats", "BucketSpec", "DATASETS", "DING_DATASET", "DataConfig", "LIBREOFFICE_DATASET", "DataNotFoundError", "LengthStats",
     "SPLITS", "batch_statistics", "bucket_batch", "bucket_boundaries", "bucket_spec",
     "check_not_empty",
     "distributed_dataset_fn", "encode_pairs", "length_statistics", "load_or_learn_tokenizer",
     "load_text_pairs", "make_batches", "make_dataset", "make_distributed_dataset_fn",
-    "prepare_ding", "training_texts",
+    "prepare_offline", "read_pairs", "training_texts", "training_tokenizer",
 ]

@@ -28,7 +28,7 @@ import dataclasses
 import hashlib
 import os
 import re
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 # Where `apt-get install trans-de-en` puts the dictionary (a Debian path, not a machine's).
 DEFAULT_DING_FILE = "/usr/share/trans/de-en"
@@ -165,62 +165,35 @@ def resolve_ding_file(path: Optional[str] = None) -> str:
     return PROJECT_DING_FILE
 
 
+# The offline-corpus interface of data.pipeline (shared with libreoffice_help).
+SOURCE_KWARG = "ding_file"
+SOURCE_NOUN = "dictionary"
+
+
+def check_source(path: str) -> None:
+    extract_pairs(path)
+
+
 def _make_builder_class():
-    import tensorflow_datasets as tfds  # heavy import, only when the builder is needed
+    from keras_transformer.data.offline_builder import make_builder_class
 
-    class DingDeEn(tfds.core.GeneratorBasedBuilder):
-        """English->German example sentences of the Ding dictionary (Debian `trans-de-en`)."""
-
-        VERSION = tfds.core.Version("1.0.0")
-        RELEASE_NOTES = {"1.0.0": "Sentence pairs from the 2023 dictionary, hash-split."}
-        MANUAL_DOWNLOAD_INSTRUCTIONS = (
+    return make_builder_class(
+        "DingDeEn",
+        version="1.0.0",
+        release_note="Sentence pairs from the 2023 dictionary, hash-split.",
+        description=__doc__,
+        homepage="https://dict.tu-chemnitz.de/",
+        license="GPL-2.0-or-later (Ding dictionary, Frank Richter, TU Chemnitz)",
+        manual_instructions=(
             "Install the Debian/Ubuntu package `trans-de-en` (`apt-get install trans-de-en`, "
             "or `apt-get download trans-de-en && dpkg -x trans-de-en_*.deb DIR`) and pass "
             "builder_kwargs={'ding_file': PATH}, or put its file `de-en` into manual_dir."
-        )
-        # Nothing is downloaded, so there is no checksums file to look up (and the lookup
-        # needs the `importlib_resources` backport, missing from some installs).
-        url_infos = None
-
-        def __init__(self, *, ding_file: Optional[str] = None, **kwargs):
-            self._ding_file = ding_file
-            super().__init__(**kwargs)
-
-        def _info(self):
-            return tfds.core.DatasetInfo(
-                builder=self,
-                description=__doc__,
-                features=tfds.features.FeaturesDict(
-                    {"en": tfds.features.Text(), "de": tfds.features.Text()}
-                ),
-                supervised_keys=("en", "de"),
-                homepage="https://dict.tu-chemnitz.de/",
-                license="GPL-2.0-or-later (Ding dictionary, Frank Richter, TU Chemnitz)",
-            )
-
-        def _source_file(self, dl_manager) -> str:
-            if self._ding_file:
-                return self._ding_file
-            try:
-                manual = os.path.join(os.fspath(dl_manager.manual_dir), "de-en")
-            except Exception:  # no manual_dir configured
-                manual = None
-            if manual and os.path.isfile(manual):
-                return manual
-            return resolve_ding_file(None)
-
-        def _split_generators(self, dl_manager):
-            pairs, _ = extract_pairs(self._source_file(dl_manager))
-            return {
-                name: self._generate_examples(split)
-                for name, split in split_pairs(pairs).items()
-            }
-
-        def _generate_examples(self, pairs) -> Iterator:
-            for index, (en, de) in enumerate(pairs):
-                yield index, {"en": en, "de": de}
-
-    return DingDeEn
+        ),
+        manual_name="de-en",
+        source_kwarg=SOURCE_KWARG,
+        resolve_source=resolve_ding_file,
+        load_splits=lambda path: split_pairs(extract_pairs(path)[0]),
+    )
 
 
 _BUILDER = None

@@ -9,12 +9,13 @@ vocabulary of the training text, learned once and reused), :func:`make_dataset` 
 import hashlib
 import json
 import os
-from typing import Callable, Iterator, Tuple
+from typing import Callable, Iterator, Optional, Tuple
 
 import tensorflow as tf
 
-from keras_transformer.data import batching, ding, files, wmt
-from keras_transformer.data.config import DING_DATASET, FILES_DATASET, DataConfig
+from keras_transformer.data import batching, ding, files, libreoffice_help, wmt
+from keras_transformer.data.config import (DING_DATASET, FILES_DATASET, OFFLINE_DATASETS,
+                                           DataConfig)
 from keras_transformer.tokenizer import SubwordTokenizer, atomic_write
 
 SPLITS = ("train", "dev", "test")
@@ -29,29 +30,42 @@ def _sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
-def prepare_ding(config: DataConfig):
-    """Builds (once) the TFDS ``ding_de_en`` dataset under ``config.data_dir``; returns the builder.
+def _offline_corpus(config: DataConfig):
+    """(module, source path, DataConfig field naming it) of an offline corpus."""
+    if config.dataset == DING_DATASET:
+        return ding, ding.resolve_ding_file(config.ding_file), "ding_file"
+    return (libreoffice_help, libreoffice_help.resolve_help_dir(config.libreoffice_help_dir),
+            "libreoffice_help_dir")
 
-    The source file's SHA-256 is recorded next to the prepared data so a different
-    dictionary file is never silently served from an old preparation.
+
+def _source_fingerprint(path: str) -> str:
+    return libreoffice_help.fingerprint(path) if os.path.isdir(path) else _sha256_file(path)
+
+
+def prepare_offline(config: DataConfig):
+    """Builds (once) the TFDS dataset of an offline corpus (``ding_de_en``,
+    ``libreoffice_help_en_de``) under ``config.data_dir``; returns the builder.
+
+    The source's SHA-256 is recorded next to the prepared data so a different dictionary
+    file or LibreOffice version is never silently served from an old preparation.
     """
-    source = ding.resolve_ding_file(config.ding_file)
-    builder = ding.builder_class()(ding_file=source, data_dir=config.data_dir)
+    module, source, field = _offline_corpus(config)
+    builder = module.builder_class()(**{module.SOURCE_KWARG: source}, data_dir=config.data_dir)
     marker = os.path.join(builder.data_dir, "source.sha256")
     if builder.is_prepared():
-        if os.path.isfile(source) and os.path.isfile(marker):
+        if os.path.exists(source) and os.path.isfile(marker):
             with open(marker) as f:
                 recorded = f.read().strip()
-            if recorded != _sha256_file(source):
+            if recorded != _source_fingerprint(source):
                 raise ValueError(
-                    f"ding_file={source!r} differs from the dictionary the prepared corpus in "
-                    f"{builder.data_dir} was extracted from; delete that directory to "
+                    f"{field}={source!r} differs from the {module.SOURCE_NOUN} the prepared "
+                    f"corpus in {builder.data_dir} was extracted from; delete that directory to "
                     "re-extract, or use another data_dir."
                 )
         return builder
-    ding.extract_pairs(source)  # fails early with a clear message (missing file, bad text)
+    module.check_source(source)  # fails early with a clear message (missing, bad text)
     builder.download_and_prepare()
-    atomic_write(marker, _sha256_file(source).encode("ascii"))
+    atomic_write(marker, _source_fingerprint(source).encode("ascii"))
     return builder
 
 
@@ -61,8 +75,8 @@ def load_text_pairs(config: DataConfig, split: str) -> tf.data.Dataset:
         raise ValueError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
     if config.dataset in wmt.WMT14:
         return wmt.load(config.dataset, split, config.data_dir)
-    if config.dataset == DING_DATASET:
-        builder = prepare_ding(config)
+    if config.dataset in OFFLINE_DATASETS:
+        builder = prepare_offline(config)
         examples = builder.as_dataset(split=wmt.tfds_split(split), shuffle_files=False)
         return examples.map(lambda ex: (ex["en"], ex["de"]), num_parallel_calls=tf.data.AUTOTUNE)
     assert config.dataset == FILES_DATASET
@@ -73,6 +87,18 @@ def load_text_pairs(config: DataConfig, split: str) -> tf.data.Dataset:
             "(PATH.tsv or SRC_PATH,TGT_PATH)."
         )
     return files.load(files.parse_spec(spec, _SPEC_FLAGS[split]))
+
+
+def read_pairs(config: DataConfig, split: str, limit: Optional[int] = None) -> Tuple[list, list]:
+    """(sources, references) of ``split`` (its first ``limit`` pairs) as Python strings."""
+    pairs = load_text_pairs(config, split)
+    if limit:
+        pairs = pairs.take(limit)
+    sources, references = [], []
+    for source, target in pairs.as_numpy_iterator():
+        sources.append(source.decode("utf-8"))
+        references.append(target.decode("utf-8"))
+    return sources, references
 
 
 def training_texts(config: DataConfig) -> Iterator[str]:
@@ -88,8 +114,8 @@ def data_fingerprint(config: DataConfig) -> str:
         spec = files.parse_spec(config.train_data, "train_data")
         paths = [spec.source] + ([] if spec.is_tsv else [spec.target])
         return "files:" + ",".join(_sha256_file(p) for p in paths)
-    if config.dataset == DING_DATASET:
-        builder = prepare_ding(config)
+    if config.dataset in OFFLINE_DATASETS:
+        builder = prepare_offline(config)
     else:
         import tensorflow_datasets as tfds
 
@@ -157,6 +183,12 @@ def check_not_empty(
         raise ValueError(f"{source} {what}.")
 
 
+def training_tokenizer(config: DataConfig, tokenizer: SubwordTokenizer) -> SubwordTokenizer:
+    """The tokenizer of the training batches: subword sampling when configured. Dev, test and
+    the export always tokenize deterministically."""
+    return tokenizer.with_sampling(config.subword_sampling) if config.subword_sampling else tokenizer
+
+
 def make_dataset(
     config: DataConfig,
     tokenizer: SubwordTokenizer,
@@ -165,12 +197,13 @@ def make_dataset(
     training: bool = False,
     repeat: bool = False,
 ) -> tf.data.Dataset:
-    """Batches of ``split`` for one device; ``training`` shuffles (seeded by ``config.seed``)."""
+    """Batches of ``split`` for one device; ``training`` shuffles (seeded by ``config.seed``)
+    and samples subwords (``config.subword_sampling``)."""
     if repeat:
         check_not_empty(config, tokenizer, split)
     return batching.make_batches(
         load_text_pairs(config, split),
-        tokenizer,
+        training_tokenizer(config, tokenizer) if training else tokenizer,
         bucket_spec(config),
         shuffle_buffer=20000 if training else 0,
         seed=config.seed,
@@ -191,7 +224,7 @@ def make_distributed_dataset_fn(
         check_not_empty(config, tokenizer, split)
     return batching.distributed_dataset_fn(
         lambda: load_text_pairs(config, split),
-        tokenizer,
+        training_tokenizer(config, tokenizer) if training else tokenizer,
         config.max_length,
         config.token_budget,
         bucket_multiple=config.bucket_multiple,

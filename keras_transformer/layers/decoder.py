@@ -65,8 +65,22 @@ class Decoder(TransformerStack):
 
     layer_class = DecoderLayer
 
+    def __init__(self, num_layers, layer_config, layerdrop=0.0, seed=None, **kwargs):
+        super().__init__(num_layers, layer_config, **kwargs)
+        # LayerDrop (Fan, Grave & Joulin 2020): in training, each layer is skipped (its input
+        # passed on) with this probability, one draw per layer and batch; never at inference.
+        self.layerdrop = float(layerdrop)
+        self.seed = seed
+        self._layerdrop_seed = keras.random.SeedGenerator(seed) if self.layerdrop else None
+
     def build(self, x_shape, memory_shape=None):
         self._build_layers(x_shape, memory_shape)
+
+    def _layer_drop(self, x, layer_output, training):
+        if not (training and self.layerdrop):
+            return layer_output
+        keep = keras.random.uniform((), seed=self._layerdrop_seed) >= self.layerdrop
+        return keras.ops.where(keep, layer_output, x)
 
     def initial_cache(self, memory, max_length=None):
         return {f"layer_{i}": layer.initial_cache(memory, max_length) for i, layer in enumerate(self.layers)}
@@ -78,11 +92,12 @@ class Decoder(TransformerStack):
         new_cache, weights = {}, []
         for i, layer in enumerate(self.layers):
             if cache is None:
-                x = layer(x, memory, self_attention_mask, memory_mask, training=training,
-                          return_attention_weights=return_attention_weights)
+                output = layer(x, memory, self_attention_mask, memory_mask, training=training,
+                               return_attention_weights=return_attention_weights)
                 if return_attention_weights:
-                    x, layer_weights = x
+                    output, layer_weights = output
                     weights.append(layer_weights)
+                x = self._layer_drop(x, output, training)
             else:
                 x, new_cache[f"layer_{i}"] = layer(x, None, self_attention_mask, memory_mask,
                                                    cache=cache[f"layer_{i}"], cache_index=cache_index,
@@ -91,3 +106,6 @@ class Decoder(TransformerStack):
         if return_attention_weights:
             return x, weights
         return x if cache is None else (x, new_cache)
+
+    def get_config(self):
+        return {**super().get_config(), "layerdrop": self.layerdrop, "seed": self.seed}

@@ -8,16 +8,17 @@ from keras_transformer.training.loss import (LabelSmoothedCrossEntropy,
                                              label_smoothed_cross_entropy, token_accuracy_counts)
 from keras_transformer.training.schedule import TransformerSchedule, paper_optimizer
 from keras_transformer.training.step import TrainStep
-from keras_transformer.training.strategy import (STRATEGIES, configure_cpu_devices, is_chief,
-                                                 make_strategy)
+from keras_transformer.training.strategy import (PRECISIONS, STRATEGIES, configure_cpu_devices,
+                                                 is_chief, make_strategy, resolve_precision)
 from keras_transformer.training.trainer import (PRECISION_POLICIES, NonFiniteLossError, Trainer,
                                                 TrainingConfig, build_model, load_run_config)
 
 __all__ = [
     "Callback", "Checkpointer", "LabelSmoothedCrossEntropy", "NonFiniteLossError",
-    "PRECISION_POLICIES", "ProgressLine", "STRATEGIES", "TensorBoard", "TrainStep", "Trainer",
+    "PRECISION_POLICIES", "PRECISIONS", "ProgressLine", "STRATEGIES", "TensorBoard", "TrainStep", "Trainer",
     "TrainingConfig", "TransformerSchedule", "average_checkpoints", "build_model",
     "checkpoint_paths", "configure_cpu_devices", "is_chief", "label_smoothed_cross_entropy",
-    "load_run_config", "make_strategy", "model_checkpoint", "paper_optimizer", "restore_model",
+    "load_run_config", "make_strategy", "model_checkpoint", "paper_optimizer",
+    "resolve_precision", "restore_model",
     "token_accuracy_counts", "write_averaged_checkpoint",
 ]

@@ -11,6 +11,8 @@ import os
 import tensorflow as tf
 
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+# Training compute dtypes by name; "auto" is resolved by ``resolve_precision``.
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
 
 def configure_cpu_devices(count: int) -> None:
@@ -68,6 +70,28 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def bfloat16_cpu() -> bool:
+    """True on a CPU with bfloat16 matrix instructions (AVX512-BF16 or AMX; Linux /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo") as stream:
+            words = set(stream.read().split())
+    except OSError:
+        return False
+    return bool(words & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_precision(name: str) -> str:
+    """``name``, or for "auto": bfloat16 on a machine without GPUs whose CPU has bfloat16 matrix
+    units (there it trains about twice as fast as float32), else float32."""
+    if name not in PRECISIONS:
+        raise ValueError(f"Unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}.")
+    if name != "auto":
+        return name
+    if tf.config.list_physical_devices("GPU"):
+        return "float32"
+    return "bfloat16" if bfloat16_cpu() else "float32"
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -1,0 +1,90 @@
+"""One TFDS builder shape for the offline corpora that come from a Debian package.
+
+Both ``ding_de_en`` and ``libreoffice_help_en_de`` read a local source (a file, a folder)
+instead of downloading, and split it by a rule of their own. :func:`make_builder_class` turns
+such a corpus into a ``tfds.core.GeneratorBasedBuilder`` serving features ``en`` and ``de``
+and splits train/validation/test, exactly like ``wmt14_translate/de-en``; the class name
+decides the TFDS name (``DingDeEn`` -> ``ding_de_en``).
+"""
+
+import os
+from typing import Callable, Dict, List, Optional, Tuple
+
+Pairs = List[Tuple[str, str]]
+
+
+def make_builder_class(
+    class_name: str,
+    *,
+    version: str,
+    release_note: str,
+    description: str,
+    homepage: str,
+    license: str,
+    manual_instructions: str,
+    manual_name: str,
+    source_kwarg: str,
+    resolve_source: Callable[[Optional[str]], str],
+    load_splits: Callable[[str], Dict[str, Pairs]],
+):
+    """A registered TFDS builder class for a corpus read from a local source path.
+
+    ``load_splits(source)`` returns ``{"train"|"validation"|"test": [(en, de), ...]}``.
+    The source is, in order: the builder argument named ``source_kwarg`` (e.g.
+    ``builder_kwargs={"ding_file": PATH}``), ``manual_dir/manual_name``, ``resolve_source(None)``
+    (the corpus's default locations).
+    """
+    import tensorflow_datasets as tfds  # heavy import, only when a builder is needed
+
+    def __init__(self, **kwargs):
+        self._source = kwargs.pop(source_kwarg, None)
+        tfds.core.GeneratorBasedBuilder.__init__(self, **kwargs)
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self,
+            description=description,
+            features=tfds.features.FeaturesDict(
+                {"en": tfds.features.Text(), "de": tfds.features.Text()}
+            ),
+            supervised_keys=("en", "de"),
+            homepage=homepage,
+            license=license,
+        )
+
+    def _source_path(self, dl_manager) -> str:
+        if self._source:
+            return self._source
+        try:
+            manual = os.path.join(os.fspath(dl_manager.manual_dir), manual_name)
+        except Exception:  # no manual_dir configured
+            manual = None
+        if manual and os.path.exists(manual):
+            return manual
+        return resolve_source(None)
+
+    def _split_generators(self, dl_manager):
+        return {
+            name: self._generate_examples(pairs)
+            for name, pairs in load_splits(self._source_path(dl_manager)).items()
+        }
+
+    def _generate_examples(self, pairs):
+        for index, (en, de) in enumerate(pairs):
+            yield index, {"en": en, "de": de}
+
+    return type(class_name, (tfds.core.GeneratorBasedBuilder,), {
+        "__doc__": description.strip().splitlines()[0],
+        "__module__": __name__,
+        "VERSION": tfds.core.Version(version),
+        "RELEASE_NOTES": {version: release_note},
+        "MANUAL_DOWNLOAD_INSTRUCTIONS": manual_instructions,
+        # Nothing is downloaded, so there is no checksums file to look up (and the lookup
+        # needs the `importlib_resources` backport, missing from some installs).
+        "url_infos": None,
+        "__init__": __init__,
+        "_info": _info,
+        "_source_path": _source_path,
+        "_split_generators": _split_generators,
+        "_generate_examples": _generate_examples,
+    })
