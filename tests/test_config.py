@@ -54,3 +54,33 @@ def test_unknown_preset_and_bad_vocabulary():
         TransformerConfig.from_preset("huge", vocab_size=100)
     with pytest.raises(ValueError, match="vocab_size must be a positive integer"):
         TransformerConfig.from_preset("tiny", vocab_size=0)
+
+
+LOW_RESOURCE = ("source_word_dropout", "target_word_dropout", "decoder_layerdrop")
+
+
+@pytest.mark.parametrize("preset", ["base", "big", "small", "mini", "tiny"])
+def test_low_resource_regularisers_are_off_by_default(preset):
+    c = TransformerConfig.from_preset(preset, vocab_size=1000)
+    assert [getattr(c, name) for name in LOW_RESOURCE] == [0.0, 0.0, 0.0]
+
+
+def test_low_resource_regularisers_are_overrides_and_round_trip():
+    c = TransformerConfig.from_preset("mini", vocab_size=1000, source_word_dropout=0.1,
+                                      target_word_dropout=0.2, decoder_layerdrop=0.3)
+    assert (c.source_word_dropout, c.target_word_dropout, c.decoder_layerdrop) == (0.1, 0.2, 0.3)
+    assert (c.num_layers, c.d_model) == (3, 128)  # the rest is still the preset's
+    values = c.to_dict()  # what a run's config.json records
+    assert {name: values[name] for name in LOW_RESOURCE} == dict(
+        source_word_dropout=0.1, target_word_dropout=0.2, decoder_layerdrop=0.3)
+    assert TransformerConfig.from_dict(values) == c
+    # config.json of a run from before these fields existed still loads, with them off.
+    older = {k: v for k, v in values.items() if k not in LOW_RESOURCE}
+    assert [getattr(TransformerConfig.from_dict(older), n) for n in LOW_RESOURCE] == [0.0] * 3
+
+
+@pytest.mark.parametrize("field", LOW_RESOURCE)
+@pytest.mark.parametrize("value", [1.0, 1.5, -0.1, "0.1"])
+def test_low_resource_rates_must_be_in_0_1(field, value):
+    with pytest.raises(ValueError, match=rf"{field} must be in \[0, 1\)"):
+        TransformerConfig.from_preset("tiny", vocab_size=100, **{field: value})

@@ -1,6 +1,7 @@
 """EncoderLayer/DecoderLayer against keras_hub.layers.TransformerEncoder/TransformerDecoder with the
 same weights (both post-LN, the paper's arrangement, and pre-LN)."""
 
+import keras
 import keras_hub
 import numpy as np
 import pytest
@@ -71,3 +72,17 @@ def test_layers_and_stacks_round_trip_their_config():
         clone = cls.from_config(stack.get_config())
         assert len(clone.layers) == 3 and clone.final_norm is not None
         assert clone.get_config() == stack.get_config()
+
+
+def test_decoder_layerdrop_round_trips_its_config():
+    kwargs = dict(d_model=16, num_heads=2, d_ff=32, dropout_rate=0.1, norm_first=False,
+                  layer_norm_epsilon=1e-6)
+    stack = Decoder(num_layers=2, layer_config=kwargs, layerdrop=0.3, seed=7)
+    config = stack.get_config()
+    assert (config["layerdrop"], config["seed"]) == (0.3, 7)
+    clone = Decoder.from_config(config)
+    assert (clone.layerdrop, clone.seed) == (0.3, 7) and clone.get_config() == config
+    # and through Keras' own (de)serialisation, as a .keras file stores it
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(stack))
+    assert isinstance(restored, Decoder) and restored.get_config() == config
+    assert Decoder(num_layers=1, layer_config=kwargs).get_config()["layerdrop"] == 0.0

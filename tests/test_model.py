@@ -1,6 +1,8 @@
 """The whole Transformer: parameter counts, causality, padding invariance, cached decoding,
 serialisation and input errors."""
 
+import itertools
+
 import keras
 import numpy as np
 import pytest
@@ -164,6 +166,38 @@ def test_regularisers_vary_training_and_leave_inference_deterministic():
     np.testing.assert_array_equal(a, np.asarray(m((SOURCE, TARGET), training=False)))
     # tiny has P_drop 0: any change in training comes from the word dropout and LayerDrop.
     assert np.abs(np.asarray(m((SOURCE, TARGET), training=True)) - a).max() > 1e-3
+    # Step-by-step decoding (what beam search runs) twice: the same logits, those of training=False.
+    steps = []
+    for _ in range(2):
+        memory, memory_mask = m.encode(SOURCE)
+        cache = m.init_cache(memory, memory_mask, max_decode_length=TARGET.shape[1])
+        logits = []
+        for i in range(TARGET.shape[1]):
+            step_logits, cache = m.decode_step(TARGET[:, i], i, cache)
+            logits.append(np.asarray(step_logits))
+        steps.append(np.stack(logits, axis=1))
+    np.testing.assert_array_equal(steps[0], steps[1])
+    real = TARGET != 0
+    np.testing.assert_allclose(steps[0][real], a[real], atol=1e-4)
+
+
+@pytest.mark.parametrize("field", ["source_word_dropout", "target_word_dropout",
+                                   "decoder_layerdrop"])
+def test_each_regulariser_acts_in_training_only(field):
+    """Each knob alone is wired in: it changes training outputs and leaves inference alone."""
+    m = tiny(**{field: 0.5})
+    a = np.asarray(m((SOURCE, TARGET), training=False))
+    np.testing.assert_array_equal(a, np.asarray(m((SOURCE, TARGET))))  # training=None: inference
+    # A call may by chance drop nothing (LayerDrop keeps both layers with probability 1/4):
+    # ten calls all alike has probability below 1e-6.
+    changed = [np.abs(np.asarray(m((SOURCE, TARGET), training=True)) - a).max() > 1e-3
+               for _ in range(10)]
+    assert any(changed)
+    # ... on its own side: only source word dropout reaches the encoder's output.
+    memory = np.asarray(m.encode(SOURCE)[0])
+    encoder_changed = [np.abs(np.asarray(m.encode(SOURCE, training=True)[0]) - memory).max() > 1e-3
+                       for _ in range(10)]
+    assert any(encoder_changed) == (field == "source_word_dropout")
 
 
 @pytest.mark.parametrize("side", ["source", "target"])
@@ -201,6 +235,73 @@ def test_decoder_layerdrop_skips_layers_at_the_requested_rate():
         else:
             np.testing.assert_allclose(out, applied, atol=1e-5)
     assert abs(skipped - trials * 0.5) < 4 * np.sqrt(trials * 0.25)
+
+
+def _layer_subset_outputs(decoder, x, memory, self_mask, memory_mask):
+    """The decoder's output for every subset of its layers applied (the others skipped)."""
+    outputs = {}
+    for kept in itertools.product([False, True], repeat=len(decoder.layers)):
+        y = x
+        for layer, keep in zip(decoder.layers, kept):
+            if keep:
+                y = layer(y, memory, self_mask, memory_mask, training=False)
+        outputs[kept] = np.asarray(y)
+    return outputs
+
+
+def test_decoder_layerdrop_draws_each_layer_independently_under_xla():
+    """Three layers, p = 0.3 (asymmetric, so "keep" and "skip" cannot be swapped unnoticed), the
+    training pass compiled with XLA (as --xla trains): each layer is skipped in about 30% of the
+    calls, independently of the others (all 8 patterns occur, two layers are skipped together in
+    about p^2 of the calls)."""
+    from keras_transformer.layers import masks
+
+    p, trials = 0.3, 400
+    m = tiny(num_layers=3, decoder_layerdrop=p)  # post-LN, P_drop 0: nothing else is random
+    x = np.random.default_rng(2).normal(size=(2, 5, 32)).astype("float32")
+    memory, memory_mask = m.encode(SOURCE)
+    self_mask = masks.decoder_self_attention_mask(TARGET, 0)
+    outputs = _layer_subset_outputs(m.decoder, x, memory, self_mask, memory_mask)
+    distances = [np.abs(a - b).max() for a, b in itertools.combinations(outputs.values(), 2)]
+    assert min(distances) > 1e-2  # every pattern is recognisable from the output
+
+    step = tf.function(lambda: m.decoder(x, memory, self_mask, memory_mask, training=True),
+                       jit_compile=True)
+    patterns = []
+    for _ in range(trials):
+        out = np.asarray(step())
+        matches = [kept for kept, y in outputs.items() if np.abs(out - y).max() < 1e-4]
+        assert len(matches) == 1, "a training output that is no subset of the layers"
+        patterns.append(matches[0])
+    skipped = ~np.array(patterns)  # [trials, layers]
+    tolerance = 4 * np.sqrt(p * (1 - p) / trials)
+    assert np.all(np.abs(skipped.mean(0) - p) < tolerance), skipped.mean(0)
+    assert len(set(patterns)) == 8
+    both = (skipped[:, 0] & skipped[:, 1]).mean()
+    assert abs(both - p * p) < 4 * np.sqrt(p * p * (1 - p * p) / trials)
+
+
+def test_decoder_layerdrop_keeps_the_attention_weights_path_and_the_cache_path():
+    from keras_transformer.layers import masks
+
+    m = tiny(decoder_layerdrop=0.5)
+    memory, memory_mask = m.encode(SOURCE)
+    x = np.asarray(m._embed(TARGET, m.target_embedding, None))
+    self_mask = masks.decoder_self_attention_mask(TARGET, 0)
+    call = tf.function(lambda: m.decoder(x, memory, self_mask, memory_mask, training=True,
+                                         return_attention_weights=True))
+    y, weights = call()
+    assert y.shape == x.shape and len(weights) == m.config.num_layers
+    assert all(w["self"].shape == (2, 4, 5, 5) and w["cross"].shape == (2, 4, 5, 5) for w in weights)
+    # The cached path never drops a layer, even when told training=True.
+    cache = m.decoder.initial_cache(memory, 5)
+    step_mask = masks.cache_step_mask(0, 5)
+    first, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache=cache, cache_index=0,
+                         training=False)
+    for _ in range(8):
+        again, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache=cache, cache_index=0,
+                             training=True)
+        np.testing.assert_array_equal(np.asarray(again), np.asarray(first))
 
 
 @pytest.mark.parametrize("field", ["source_word_dropout", "target_word_dropout",

@@ -380,6 +380,22 @@ def test_resuming_with_another_model_is_a_clear_error(tmp_path):
         Trainer(other, config(tmp_path, train_steps=2)).fit(fixed_batch_fn)
 
 
+def test_resuming_a_run_written_before_new_model_fields_existed(tmp_path):
+    """A config.json without fields added later (they default) is the same model: it resumes."""
+    Trainer(TINY, config(tmp_path, train_steps=1)).fit(fixed_batch_fn)
+    path = tmp_path / "config.json"
+    run = read_json(path)
+    for field in ("source_word_dropout", "target_word_dropout", "decoder_layerdrop"):
+        del run["model"][field]
+    path.write_text(json.dumps(run))
+    summary = Trainer(TINY, config(tmp_path, train_steps=2)).fit(fixed_batch_fn)
+    assert summary["steps"] == 2
+    # ... but a later field set to something else is still another model.
+    other = kt.TransformerConfig.from_preset("tiny", vocab_size=16, decoder_layerdrop=0.2)
+    with pytest.raises(ValueError, match="another model .*decoder_layerdrop"):
+        Trainer(other, config(tmp_path, train_steps=3)).fit(fixed_batch_fn)
+
+
 def test_checkpoint_paths_of_a_relative_model_dir_exist(tmp_path, monkeypatch):
     import tensorflow as tf
 

@@ -34,8 +34,8 @@ flags.DEFINE_enum("preset", "base", PRESETS,
 flags.DEFINE_integer("num_layers", None, "N: layers in the encoder and in the decoder.")
 flags.DEFINE_integer("d_model", None, "d_model.")
 flags.DEFINE_integer("d_ff", None, "d_ff, inner size of the feed-forward networks.")
-flags.DEFINE_integer("num_heads", None, "h, attention heads (fewer heads suit small data: "
-                     "Araabi & Monz 2020).")
+flags.DEFINE_integer("num_heads", None, "h, attention heads (fewer heads help small data "
+                     "(Araabi & Monz 2020)).")
 flags.DEFINE_integer("d_k", None, "d_k (default d_model / h).")
 flags.DEFINE_integer("d_v", None, "d_v (default d_model / h).")
 flags.DEFINE_float("dropout_rate", None, "P_drop (base 0.1, big 0.3).")
@@ -49,7 +49,8 @@ flags.DEFINE_float("source_word_dropout", None, "Low-resource: zero whole source
                    "with this probability in training (Sennrich & Zhang 2019: +2.8 BLEU at 100k "
                    "words). Default 0.")
 flags.DEFINE_float("target_word_dropout", None, "Low-resource: the same on the decoder's input "
-                   "tokens (Sennrich & Zhang 2019). Default 0.")
+                   "tokens (Sennrich & Zhang 2019, with source word dropout: +2.8 BLEU at 100k "
+                   "words). Default 0.")
 flags.DEFINE_float("decoder_layerdrop", None, "Low-resource: skip each decoder layer with this "
                    "probability in training, never at inference (LayerDrop, Fan et al. 2020; +1.6 "
                    "BLEU in Araabi & Monz 2020). Default 0.")

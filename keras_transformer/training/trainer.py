@@ -188,9 +188,11 @@ class Trainer:
         path = os.path.join(self.config.model_dir, CONFIG_FILE)
         if tf.io.gfile.exists(path) and tf.train.latest_checkpoint(self.config.model_dir):
             previous = load_run_config(self.config.model_dir).get("model")
-            if previous != self.model_config.to_dict():
-                changed = sorted(k for k in self.model_config.to_dict()
-                                 if (previous or {}).get(k) != self.model_config.to_dict()[k])
+            # Through from_dict, so fields added since that run was written take their defaults.
+            previous = TransformerConfig.from_dict(previous).to_dict() if previous else {}
+            current = self.model_config.to_dict()
+            if previous != current:
+                changed = sorted(k for k in current if previous.get(k) != current[k])
                 raise ValueError(
                     f"{self.config.model_dir} holds checkpoints of another model (differs in "
                     f"{', '.join(changed)}); use another model_dir or the same model settings.")
