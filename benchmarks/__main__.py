@@ -101,9 +101,9 @@ def report(results, output_dir):
         tables = result["markdown"]
         lines += ["\n\n".join(tables.values()) if isinstance(tables, dict) else tables, ""]
     text = "\n".join(lines)
-    from keras_transformer.tokenizer import atomic_write
+    from keras_transformer import writing
 
-    atomic_write(os.path.join(output_dir, "report.md"), text.encode("utf-8"))
+    writing.write_file(os.path.join(output_dir, "report.md"), text)
     common.write_json(os.path.join(output_dir, "report.json"),
                       {"smoke": FLAGS.smoke, "targets": targets, **results})
     return text

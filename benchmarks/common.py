@@ -104,6 +104,6 @@ def markdown(rows, columns) -> str:
 
 
 def write_json(path: str, value) -> None:
-    from keras_transformer.tokenizer import atomic_write
+    from keras_transformer import writing
 
-    atomic_write(path, json.dumps(value, indent=1).encode("utf-8"))
+    writing.write_file(path, json.dumps(value, indent=1))

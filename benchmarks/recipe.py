@@ -171,9 +171,9 @@ def main(argv):
                         "\nEach row: dev sacreBLEU per seed, beside copying the source and a "
                         "TF-IDF translation memory on the same dev sentences.\n" + table(records)
                         + "\n")
-            from keras_transformer.tokenizer import atomic_write
+            from keras_transformer import writing
 
-            atomic_write(os.path.join(FLAGS.output_dir, "recipe.md"), markdown.encode("utf-8"))
+            writing.write_file(os.path.join(FLAGS.output_dir, "recipe.md"), markdown)
     print(f"recipe: wrote {path} and recipe.md", flush=True)
 
 

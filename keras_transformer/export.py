@@ -3,7 +3,8 @@
 Layout (what ``tensorflow_model_server --model_base_path`` expects): ``<base>/<version>/`` with
 ``saved_model.pb``, ``variables/`` and ``assets/`` (the subword vocabulary ``vocab.model`` and the
 model's ``config.json``). A version folder appears complete or not at all: it is written under a
-temporary name and renamed, so a server watching ``<base>`` never loads half an export.
+temporary name and renamed, so a server watching ``<base>`` never loads half an export; the text and
+the ids export of one version appear together or not at all, and never from NaN weights.
 
 Signatures (none needs XLA; TF Serving's CPU XLA is off by default):
 
@@ -25,12 +26,11 @@ import contextlib
 import json
 import os
 import re
-import shutil
-import tempfile
 
 import keras
 import tensorflow as tf
 
+from keras_transformer import writing
 from keras_transformer.export_ctranslate2 import export_ctranslate2
 from keras_transformer.inference import TEXT_INPUT_SPEC
 
@@ -41,31 +41,37 @@ CONFIG_ASSET = "config.json"
 
 
 @contextlib.contextmanager
-def staged_export(target, what="the export"):
-    """Writes an export folder so that it appears complete or not at all.
+def staged_export(targets, what="the export"):
+    """Writes export folders so that they appear complete, together, or not at all.
 
-    Yields ``(output, sources)``: ``output`` is a not-yet-existing folder to write the export into,
-    ``sources`` an existing scratch folder for files it copies in (vocabulary, configuration). Both
-    live in a temporary folder beside ``target``; on success ``output`` is renamed to ``target``.
-    Errors are ValueErrors naming the folder."""
-    if os.path.exists(target):
-        raise ValueError(f"{target} exists already; choose another version or remove it.")
-    parent = os.path.dirname(os.path.abspath(target))
+    Yields one ``(output, sources)`` per target: ``output`` a not-yet-existing folder to write the
+    export into, ``sources`` an existing scratch folder for the files it copies in (vocabulary,
+    configuration). On success the outputs are renamed to ``targets`` together; on any failure or
+    signal nothing appears and the scratch is deleted (also what a killed export left, at the next
+    export into the same folders). Errors are ValueErrors naming the folder."""
+    for target in targets:
+        writing.remove_leftovers(os.path.dirname(os.path.abspath(target)))
     try:
-        os.makedirs(parent, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
-    except OSError as error:
-        raise ValueError(f"cannot write {what} under {parent}: {error}") from None
-    try:
-        sources = os.path.join(staging, "sources")
-        os.makedirs(sources)
-        output = os.path.join(staging, "output")
-        yield output, sources
-        os.replace(output, target)
-    except OSError as error:
-        raise ValueError(f"writing {what} to {target} failed: {error}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with writing.staged_folders(targets) as outputs:
+            pairs = []
+            for output in outputs:
+                sources = os.path.join(os.path.dirname(output), "sources")
+                os.makedirs(sources)
+                pairs.append((output, sources))
+            yield pairs
+    except writing.WriteError as error:
+        raise ValueError(f"writing {what} failed: {error}") from None
+
+
+def check_finite(model):
+    """Refuses (ValueError) to export weights holding a NaN or an infinity."""
+    from keras_transformer.training.checkpoints import non_finite_variables
+
+    bad = non_finite_variables(model.variables)
+    if bad:
+        raise ValueError(f"the weights hold NaN or infinite values ({len(bad)} of "
+                         f"{len(model.variables)} variables, e.g. {bad[0]}); export a finite "
+                         "checkpoint instead.")
 
 
 def write_run_files(sources, tokenizer, settings, config_name=CONFIG_ASSET):
@@ -94,11 +100,16 @@ def next_version(model_base_path):
 
 def export_for_serving(translator, export_dir, name, version=None):
     """Writes ``export_dir/<name>/<version>`` (both signatures) and ``export_dir/<name>_ids/<version>``
-    (ids only) with one version number, by default the next free one; returns both paths."""
+    (ids only) with one version number, by default the next free one; returns both paths. The two
+    appear together or not at all."""
     bases = [os.path.join(export_dir, name), os.path.join(export_dir, f"{name}_ids")]
-    version = max(next_version(base) for base in bases) if version is None else version
-    return (export_saved_model(translator, bases[0], version),
-            export_saved_model(translator, bases[1], version, text_signature=False))
+    version = max(next_version(base) for base in bases) if version is None else int(version)
+    targets = [os.path.join(base, str(version)) for base in bases]
+    check_finite(translator.model)
+    with staged_export(targets) as staged:
+        for (output, sources), text_signature in zip(staged, (True, False)):
+            _write_saved_model(translator, output, sources, text_signature)
+    return tuple(targets)
 
 
 def export_saved_model(translator, model_base_path, version=None, text_signature=True):
@@ -107,23 +118,28 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
     core-ops ``translate_ids`` signature is written (and also serves as ``serving_default``)."""
     version = next_version(model_base_path) if version is None else int(version)
     target = os.path.join(model_base_path, str(version))
-    with staged_export(target) as (output, sources):
-        vocabulary_path, config_path = write_run_files(
-            sources, translator.tokenizer,
-            {"model": translator.model.config.to_dict(), "decoding": decoding_settings(translator)})
-        archive = keras.export.ExportArchive()
-        # ExportArchive keeps only variables and resources; an Asset must hang off the saved root
-        # to be copied into assets/ (reloaded: ``loaded.assets["vocabulary"].asset_path``).
-        archive._tf_trackable.assets = {"vocabulary": tf.saved_model.Asset(vocabulary_path),
-                                        "config": tf.saved_model.Asset(config_path)}
-        if text_signature:
-            archive.track(translator.tokenizer)
-            archive.add_endpoint(TEXT_SIGNATURE, translator.translate_text,
-                                 input_signature=[TEXT_INPUT_SPEC])
-        archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
-                             input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
-        archive.write_out(output, verbose=False)
+    check_finite(translator.model)
+    with staged_export([target]) as ((output, sources),):
+        _write_saved_model(translator, output, sources, text_signature)
     return target
+
+
+def _write_saved_model(translator, output, sources, text_signature):
+    vocabulary_path, config_path = write_run_files(
+        sources, translator.tokenizer,
+        {"model": translator.model.config.to_dict(), "decoding": decoding_settings(translator)})
+    archive = keras.export.ExportArchive()
+    # ExportArchive keeps only variables and resources; an Asset must hang off the saved root
+    # to be copied into assets/ (reloaded: ``loaded.assets["vocabulary"].asset_path``).
+    archive._tf_trackable.assets = {"vocabulary": tf.saved_model.Asset(vocabulary_path),
+                                    "config": tf.saved_model.Asset(config_path)}
+    if text_signature:
+        archive.track(translator.tokenizer)
+        archive.add_endpoint(TEXT_SIGNATURE, translator.translate_text,
+                             input_signature=[TEXT_INPUT_SPEC])
+    archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
+                         input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+    archive.write_out(output, verbose=False)
 
 
 # The formats ``python -m trainers.export --format=...`` knows (OpenNMT-tf keeps a registry likewise).

@@ -152,7 +152,7 @@ def write_ctranslate2(model, tokenizer, output_dir, extra_length=50, quantizatio
 
     max_positions = max(model.config.max_length, 1024) + extra_length + 1
     spec = ctranslate2_spec(model, tokenizer_pieces(tokenizer), max_positions)
-    with staged_export(output_dir, "the CTranslate2 export") as (output, sources):
+    with staged_export([output_dir], "the CTranslate2 export") as ((output, sources),):
         for path in write_run_files(sources, tokenizer, {
                 "model": model.config.to_dict(), "extra_length": extra_length,
                 "decoding": decoding_settings or {}}, config_name=SETTINGS_FILE):

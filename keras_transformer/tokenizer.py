@@ -19,28 +19,15 @@ identical for the same data and seed.
 
 import io
 import os
-import tempfile
 from typing import Iterable, Optional
 
 import tensorflow as tf
 
+from keras_transformer import writing
+
 PAD_ID, UNK_ID, START_ID, END_ID = 0, 1, 2, 3
 # Part of the serialized model (trainer_spec.num_threads): fixed, so bytes are reproducible.
 _NUM_THREADS = 4
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 class SubwordTokenizer(tf.Module):
@@ -144,7 +131,7 @@ class SubwordTokenizer(tf.Module):
             raise ValueError(f"learning the subword vocabulary failed: {message}") from None
         model_proto = buffer.getvalue()
         if out_path:
-            atomic_write(out_path, model_proto)
+            writing.write_file(out_path, model_proto)
         return cls(model_proto, path=out_path)
 
     @classmethod

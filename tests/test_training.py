@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.training import (Callback, NonFiniteLossError, TensorBoard, Trainer,
+from keras_transformer.training import (Callback, NonFiniteError, TensorBoard, Trainer,
                                         TrainingConfig, TrainStep, checkpoint_paths,
                                         restore_model)
 from keras_transformer.training.toy import toy_batch, toy_dataset_fn
@@ -242,18 +242,67 @@ def test_sigterm_saves_and_resume_continues(tmp_path):
     assert resumed["start_step"] == 4 and resumed["steps"] == 6
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
-    # An absurd learning rate: step 1 is finite, its update overflows the weights.
+def all_finite(checkpoint_prefix):
+    reader = tf.train.load_checkpoint(checkpoint_prefix)
+    floats = [reader.get_tensor(key) for key in reader.get_variable_to_shape_map()]
+    floats = [value for value in floats if np.issubdtype(np.asarray(value).dtype, np.floating)]
+    assert floats
+    return all(np.isfinite(value).all() for value in floats)
+
+
+def test_a_non_finite_update_never_reaches_a_checkpoint(tmp_path):
+    # The reproduction: a good run, then one update with an absurd learning rate. The
+    # step's loss is finite (computed before the update); the update makes the weights NaN.
+    Trainer(TINY, config(tmp_path, train_steps=40, checkpoint_every_steps=20)).fit(fixed_batch_fn)
+    trainer = Trainer(TINY, config(tmp_path, train_steps=41, checkpoint_every_steps=20,
+                                   learning_rate_scale=1e40, average_last=1, keep_checkpoints=2))
+    losses = Recorder()
+    with pytest.raises(NonFiniteError, match=r"step 41 .*latest checkpoint \S*ckpt-40 is the last "
+                                              r"finite one"):
+        trainer.fit(fixed_batch_fn, callbacks=[losses])
+    assert not trainer.weights_are_finite()  # the update did poison the weights in memory
+    assert [os.path.basename(p) for p in checkpoint_paths(str(tmp_path))] == ["ckpt-20", "ckpt-40"]
+    assert os.path.basename(tf.train.latest_checkpoint(str(tmp_path))) == "ckpt-40"
+    assert all_finite(str(tmp_path / "ckpt-40"))
+    assert not (tmp_path / "averaged").exists()
+    with open(tmp_path / "summary.json") as stream:  # strict JSON: a bare NaN fails to parse
+        summary = json.load(stream, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    assert summary["stop_reason"] == "non_finite" and summary["steps"] == 41
+    assert summary["latest_checkpoint"].endswith("ckpt-40")
+
+
+def test_a_non_finite_loss_stops_before_saving(tmp_path):
+    # Huge but finite first update, then a NaN loss: the loss check stops at once.
     trainer = Trainer(TINY, config(tmp_path, train_steps=8, checkpoint_every_steps=1,
                                    learning_rate_scale=1e30))
-    with pytest.raises(NonFiniteLossError, match=r"at step 2 .*ckpt-1 and was not overwritten"):
+    with pytest.raises(NonFiniteError, match=r"became nan at step \d"):
         trainer.fit(fixed_batch_fn)
-    assert [os.path.basename(p) for p in checkpoint_paths(str(tmp_path))] == ["ckpt-1"]
-    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-1"))
-    for key in reader.get_variable_to_shape_map():
-        value = reader.get_tensor(key)
-        if np.issubdtype(np.asarray(value).dtype, np.floating):
-            assert np.all(np.isfinite(value)), key
+    paths = checkpoint_paths(str(tmp_path))
+    assert paths and all(all_finite(p) for p in paths)
+
+
+def test_float16_loss_scaling_skips_overflowing_steps_without_failing(tmp_path):
+    # Loss scaling starts at 2**15 and halves on every overflowing step, which it skips: a
+    # scale of 1e30 on top overflows float16 gradients at once, yet training must go on.
+    trainer = Trainer(TINY, config(tmp_path, train_steps=6, mixed_precision="float16",
+                                   checkpoint_every_steps=3))
+    trainer.optimizer.dynamic_scale.assign(1e30)
+    summary = trainer.fit(fixed_batch_fn)
+    assert summary["stop_reason"] == "train_steps" and summary["steps"] == 6
+    assert int(trainer.optimizer.iterations) < 6  # some steps were skipped
+    assert trainer.weights_are_finite()
+
+
+def test_averaging_refuses_a_non_finite_checkpoint(tmp_path):
+    trainer = Trainer(TINY, config(tmp_path, train_steps=2, checkpoint_every_steps=1))
+    trainer.fit(fixed_batch_fn)
+    poisoned = trainer.model.trainable_variables[0]
+    poisoned.assign(tf.fill(poisoned.shape, np.nan))
+    trainer.checkpointer.save(3)
+    from keras_transformer.training import average_checkpoints
+
+    with pytest.raises(ValueError, match=r"ckpt-3 holds NaN or infinite values \(1 of"):
+        average_checkpoints(_build(keras.optimizers.SGD()), checkpoint_paths(str(tmp_path)))
 
 
 def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path):

@@ -9,11 +9,10 @@ Writes MODEL_DIR/averaged/ckpt (or --output): the model variables only, loadable
 """
 
 import os
-import sys
 
 from absl import app, flags
 
-from trainers import console
+from trainers import checks, console
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The --model_dir of a training run (holds config.json).")
@@ -31,7 +30,8 @@ def average(model_dir: str, last: int = 5, checkpoints=None, output=None) -> str
                                             write_averaged_checkpoint)
 
     run = load_run_config(model_dir)
-    paths = list(checkpoints) if checkpoints else checkpoint_paths(model_dir)[-last:]
+    paths = ([p.removesuffix(".index") for p in checkpoints] if checkpoints
+             else checkpoint_paths(model_dir)[-last:])
     if not paths:
         raise ValueError(f"No checkpoints in {model_dir!r}.")
     if not checkpoints and len(paths) < last:
@@ -42,13 +42,19 @@ def average(model_dir: str, last: int = 5, checkpoints=None, output=None) -> str
     return write_averaged_checkpoint(model, paths, output)
 
 
+def check_flags():
+    checks.run_dir("model_dir", FLAGS.model_dir)
+    for prefix in FLAGS.checkpoints or ():
+        if not os.path.isfile(prefix.removesuffix(".index") + ".index"):
+            raise app.UsageError(f"--checkpoints: {prefix} is not a checkpoint (no "
+                                 f"{prefix.removesuffix('.index')}.index)")
+    output = FLAGS.output or os.path.join(FLAGS.model_dir, "averaged", "ckpt")
+    checks.output_dir("output", os.path.dirname(os.path.abspath(output)))
+
+
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    try:
-        path = average(FLAGS.model_dir, FLAGS.last, FLAGS.checkpoints, FLAGS.output)
-    except ValueError as error:
-        sys.exit(f"average_checkpoints: error: {error}")
+    check_flags()
+    path = average(FLAGS.model_dir, FLAGS.last, FLAGS.checkpoints, FLAGS.output)
     print(f"average_checkpoints: wrote {path}")
 
 

@@ -21,19 +21,80 @@ def stderr_progress(total: int):
 SETUP_COMMAND = "bash trainers/setup.sh"
 
 
-def run(main):
-    """``absl.app.run(main)``; a Python package missing from this interpreter ends the program
-    with one line naming the setup command instead of a traceback."""
-    from absl import app
+def program_name() -> str:
+    return sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py")
 
-    program = sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+def error_exit(message, status: int = 1):
+    """Ends the program with one line ``PROGRAM: error: MESSAGE`` on stderr."""
+    text = " ".join(str(message).split("\n"))
+    print(f"{program_name()}: error: {text}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+def _parse_flags(argv):
+    """absl's parsing without its help dump: a bad flag value (out of range, not an enum value, a
+    failed validator or missing required flag) or a stray positional argument is one line, status 2."""
+    from absl import flags
+
+    try:
+        rest = flags.FLAGS(argv)
+    except flags.Error as error:
+        error_exit(f"{error} (--helpfull lists the flags)", status=2)
+    if len(rest) > 1:
+        error_exit(f"unexpected argument(s) {' '.join(rest[1:])!r}: every option is a --flag "
+                   "(--helpfull lists them)", status=2)
+    return rest
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def run(main):
+    """``absl.app.run(main)`` with the project's conventions for what ends a program:
+
+    - a bad flag or a stray argument: one line, status 2 (``app.UsageError`` from ``main`` too);
+    - SIGTERM / SIGINT at any stage (``keras_transformer.signals``): one line, status 143 / 130;
+    - a ValueError (bad input, the library's errors name the flag, file:line or path) and an
+      OS or TensorFlow file-system error: one line, status 1;
+    - a Python package missing from this interpreter: one line naming the setup command.
+    """
+    from absl import app, logging
+
+    def missing(error):
+        error_exit(f"the Python package {error.name!r} is missing from {sys.executable}; "
+                   f"install the project's stack with `{SETUP_COMMAND}` (add ` test` for the "
+                   "test extras) and run the command with .venv/bin/python.")
 
     def guarded(argv):
         try:
+            from keras_transformer import signals, writing
+        except ModuleNotFoundError as error:
+            missing(error)
+        signals.install()
+        try:
             return main(argv)
         except ModuleNotFoundError as error:
-            sys.exit(f"{program}: error: the Python package {error.name!r} is missing from "
-                     f"{sys.executable}; install the project's stack with `{SETUP_COMMAND}` "
-                     "(add ` test` for the test extras) and run the command with .venv/bin/python.")
+            missing(error)
+        except app.UsageError as error:
+            error_exit(f"{error} (--helpfull lists the flags)", status=2)
+        except signals.Interrupted as interrupted:
+            error_exit(f"{interrupted}; what was complete is kept, nothing half-written is left",
+                       status=interrupted.exit_status)
+        except (ValueError, OSError) as error:
+            # The traceback stays available to whoever debugs: --verbosity=1 (absl) shows it.
+            logging.debug("the error's traceback:", exc_info=True)
+            if isinstance(error, OSError) and error.filename:
+                error_exit(writing.describe(error, error.filename))
+            error_exit(_first_line(error))
+        except Exception as error:  # noqa: BLE001
+            import tensorflow as tf
 
-    app.run(guarded)
+            if isinstance(error, (tf.errors.ResourceExhaustedError, tf.errors.NotFoundError,
+                                  tf.errors.PermissionDeniedError, tf.errors.DataLossError)):
+                logging.debug("the error's traceback:", exc_info=True)
+                error_exit(f"{type(error).__name__}: {_first_line(error)}")
+            raise
+
+    app.run(guarded, flags_parser=_parse_flags)

@@ -4,6 +4,8 @@
     config = data_flags.data_config()         # in main(): validated, frozen
 """
 
+import os
+
 from absl import app, flags
 
 from keras_transformer.data.config import DATASETS, DataConfig
@@ -77,9 +79,12 @@ def bucket_multiple_for(xla: bool) -> int:
     return 8 if xla else 1
 
 
-def data_config(xla: bool = False, **overrides) -> DataConfig:
-    """The parsed data flags as a DataConfig; bad values raise app.UsageError naming the flag.
-    ``xla``: whether the batches feed an XLA-compiled step (the default bucket grid)."""
+def data_config(xla: bool = False, writes: bool = True, **overrides) -> DataConfig:
+    """The parsed data flags as a DataConfig, with the files and folders they name checked (see
+    ``trainers.checks``): bad values raise app.UsageError naming the flag, a bad line of a data
+    file a ValueError naming file:line. ``xla``: whether the batches feed an XLA-compiled step (the
+    default bucket grid); ``writes``: whether the command writes under --data_dir (prepared
+    corpora, vocabularies)."""
     values = dict(
         dataset=FLAGS.dataset,
         data_dir=FLAGS.data_dir,
@@ -98,10 +103,34 @@ def data_config(xla: bool = False, **overrides) -> DataConfig:
     )
     values.update(overrides)
     try:
-        for name in ("train_data", "dev_data", "test_data"):
-            if values[name]:
-                parse_spec(values[name], name)
-        return DataConfig(**values)
+        specs = {name: parse_spec(values[name], name)
+                 for name in ("train_data", "dev_data", "test_data") if values[name]}
+        config = DataConfig(**values)
     except ValueError as e:
         # Every message starts with the field name, which is also the flag name.
         raise app.UsageError(f"--{e}") from None
+    check_paths(config, specs, writes)
+    return config
+
+
+def check_paths(config: DataConfig, specs: dict, writes: bool) -> None:
+    """The corpus files exist and are well formed (one streaming pass, file:line on the first bad
+    line) and the folders to write can be written: before any slow work."""
+    from keras_transformer.data import files
+
+    from trainers import checks
+
+    for name, spec in specs.items():
+        for path in (spec.source,) if spec.is_tsv else (spec.source, spec.target):
+            checks.input_file(name, path)
+        files.check(spec)
+    if config.ding_file:
+        checks.input_file("ding_file", config.ding_file)
+    if config.libreoffice_help_dir:
+        checks.input_dir("libreoffice_help_dir", config.libreoffice_help_dir)
+    if config.vocab_path and os.path.exists(config.vocab_path):
+        checks.input_file("vocab_path", config.vocab_path)
+    if writes:
+        checks.output_dir("data_dir", config.data_dir)
+        if config.vocab_path and not os.path.exists(config.vocab_path):
+            checks.output_file("vocab_path", config.vocab_path)

@@ -26,12 +26,9 @@ flag given, the corpus the run was trained on (its config.json) is used, so
 --model_dir (section 6.1 defaults: beam 4, alpha 0.6); a SavedModel has its own baked in.
 """
 
-import os
-import sys
-
 from absl import app, flags, logging
 
-from trainers import console, data_flags, thread_flags
+from trainers import checks, console, data_flags, thread_flags
 from trainers.console import stderr_progress
 
 FLAGS = flags.FLAGS
@@ -51,6 +48,7 @@ flags.DEFINE_string("output", None, "Write the translations here, one line per t
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
 flags.DEFINE_integer("beam_size", 4, "With --model_dir: beam size (section 6.1: 4).", lower_bound=1)
 flags.DEFINE_float("alpha", 0.6, "With --model_dir: length penalty alpha (section 6.1: 0.6).")
+flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
 flags.DEFINE_bool("floors", False,
                   "Also score the two floors on the same sentences, copying the source and a "
                   "translation memory (the German of the TF-IDF-nearest English training "
@@ -60,10 +58,6 @@ flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of th
 
 DATA_FLAGS = ("dataset", "data_dir", "ding_file", "libreoffice_help_dir", "train_data", "dev_data",
               "test_data")
-
-
-def fail(message):
-    sys.exit(f"evaluate: {message}")
 
 
 def test_data_config():
@@ -82,7 +76,7 @@ def test_data_config():
                 return DataConfig(**fields)
             except (TypeError, ValueError):
                 pass  # a run of another version: fall back to the flags
-    return data_flags.data_config()
+    return data_flags.data_config(writes=False)
 
 
 def read_pairs(config, split, limit):
@@ -91,53 +85,46 @@ def read_pairs(config, split, limit):
     try:
         sources, references = data.read_pairs(config, split, limit)
     except (ValueError, data.DataNotFoundError) as error:
-        fail(f"no {split} data: {error}")
+        raise ValueError(f"no {split} data: {error}") from None
     if not sources:
-        fail(f"the {split} split of {config.dataset} is empty.")
+        raise ValueError(f"the {split} split of {config.dataset} is empty.")
     return sources, references
 
 
 def load_translate_fn():
     from keras_transformer import inference
 
-    try:
-        if FLAGS.saved_model:
-            return inference.load_exported_translate_fn(FLAGS.saved_model)
-        translator = inference.load_translator(
-            FLAGS.model_dir, FLAGS.checkpoint,
-            inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha),
-            FLAGS.vocab_path)
-    except ValueError as error:
-        fail(error)
+    if FLAGS.saved_model:
+        return inference.load_exported_translate_fn(FLAGS.saved_model)
+    translator = inference.load_translator(
+        FLAGS.model_dir, FLAGS.checkpoint,
+        inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha), FLAGS.vocab_path)
     return translator.text_function(), FLAGS.model_dir
 
 
 def check_flags():
-    if bool(FLAGS.saved_model) == bool(FLAGS.model_dir):
-        raise app.UsageError("give exactly one of --model_dir and --saved_model.")
+    """The run folder (and its checkpoint) or the SavedModel, and the output: before any work."""
     if FLAGS.saved_model:
         given = [f"--{n}" for n in ("checkpoint", "beam_size", "alpha") if FLAGS[n].present]
         if given:
             raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
                                  "its search settings baked in.")
+        checks.saved_model("saved_model", FLAGS.saved_model)
+    else:
+        checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
+    if FLAGS.vocab_path is not None:
+        checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.output:
-        directory = os.path.dirname(os.path.abspath(FLAGS.output))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            fail(f"cannot write --output={FLAGS.output}: {directory} is not a writable folder.")
+        checks.output_file("output", FLAGS.output)
 
 
 def write_lines(path, lines):
-    from keras_transformer.tokenizer import atomic_write
+    from keras_transformer import writing
 
-    try:
-        atomic_write(path, "".join(line.replace("\n", " ") + "\n" for line in lines).encode("utf-8"))
-    except OSError as error:
-        fail(f"cannot write --output={path}: {error}")
+    writing.write_file(path, "".join(line.replace("\n", " ") + "\n" for line in lines))
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
     check_flags()
     thread_flags.apply()

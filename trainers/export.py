@@ -18,11 +18,10 @@ prints the Python lines that translate with it.
 
 import json
 import os
-import sys
 
 from absl import app, flags, logging
 
-from trainers import console
+from trainers import checks, console
 
 flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
 flags.DEFINE_string("checkpoint", None,
@@ -34,7 +33,8 @@ flags.DEFINE_string("name", None, "Model name (folder under --export_dir; TF Ser
                     "Default: the name of --model_dir.")
 flags.DEFINE_integer("version", None, "Version folder number (default: the next free one).",
                      lower_bound=1)
-flags.DEFINE_string("format", "saved_model", "Export format (keras_transformer.export.EXPORTERS).")
+flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
+                  "Export format (keras_transformer.export.EXPORTERS).")
 flags.DEFINE_integer("beam_size", 4, "Beam size baked into the export (section 6.1: 4).", lower_bound=1)
 flags.DEFINE_float("alpha", 0.6, "Length penalty alpha baked into the export (section 6.1: 0.6).")
 flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).",
@@ -47,24 +47,22 @@ flags.mark_flag_as_required("model_dir")
 FLAGS = flags.FLAGS
 
 
-def fail(message):
-    sys.exit(f"export: {message}")
-
-
-def check_export_dir(name):
-    """Fails early (before loading anything) on an unwritable --export_dir or an existing version."""
-    try:
-        os.makedirs(FLAGS.export_dir, exist_ok=True)
-    except OSError as error:
-        fail(f"cannot create --export_dir={FLAGS.export_dir}: {error.strerror}")
-    if not os.access(FLAGS.export_dir, os.W_OK | os.X_OK):
-        fail(f"--export_dir={FLAGS.export_dir} is not writable.")
+def check_flags(name):
+    """Fails early (before loading anything) on a bad run folder or checkpoint, an unwritable
+    --export_dir or an existing version."""
+    if not name or os.sep in name or name in (".", ".."):
+        raise app.UsageError(f"--name={name!r} must be a plain folder name.")
+    checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
+    if FLAGS.vocab_path is not None:
+        checks.input_file("vocab_path", FLAGS.vocab_path)
+    checks.output_dir("export_dir", FLAGS.export_dir)
     if FLAGS.version is not None:
         folders = [f"{name}_ctranslate2"] if FLAGS.format == "ctranslate2" else [name, f"{name}_ids"]
         for folder in folders:
             target = os.path.join(FLAGS.export_dir, folder, str(FLAGS.version))
             if os.path.exists(target):
-                fail(f"{target} exists already: pass another --version, or none for the next free one.")
+                raise app.UsageError(f"--version={FLAGS.version}: {target} exists already; pass "
+                                     "another --version, or none for the next free one.")
 
 
 def serving_help(paths, name, sample_ids):
@@ -107,32 +105,19 @@ def ctranslate2_help(path, decoding):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)  # not the SavedModel writer's INFO lines
-    if not os.path.isfile(os.path.join(FLAGS.model_dir, "config.json")):
-        fail(f"--model_dir={FLAGS.model_dir}: {os.path.join(FLAGS.model_dir, 'config.json')} not found; "
-             "not the model_dir of a training run.")
     name = FLAGS.name or os.path.basename(os.path.normpath(os.path.abspath(FLAGS.model_dir)))
-    if not name or os.sep in name or name in (".", ".."):
-        raise app.UsageError(f"--name={name!r} must be a plain folder name.")
-
-    check_export_dir(name)
+    check_flags(name)
 
     from keras_transformer import export, inference
 
-    if FLAGS.format not in export.EXPORTERS:
-        raise app.UsageError(f"--format={FLAGS.format}: choose one of {', '.join(sorted(export.EXPORTERS))}.")
-    try:
-        config = inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
-                                          extra_length=FLAGS.extra_length)
-        translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
-                                               FLAGS.vocab_path)
-        options = {"quantization": FLAGS.quantization} if FLAGS.format == "ctranslate2" else {}
-        written = export.EXPORTERS[FLAGS.format](translator, FLAGS.export_dir, name,
-                                                 version=FLAGS.version, **options)
-    except ValueError as error:
-        fail(error)
+    config = inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
+                                      extra_length=FLAGS.extra_length)
+    translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
+                                           FLAGS.vocab_path)
+    options = {"quantization": FLAGS.quantization} if FLAGS.format == "ctranslate2" else {}
+    written = export.EXPORTERS[FLAGS.format](translator, FLAGS.export_dir, name,
+                                             version=FLAGS.version, **options)
     paths = [written] if isinstance(written, str) else list(written)
     for path in paths:
         print(path)

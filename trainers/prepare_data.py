@@ -11,8 +11,6 @@ than --max_length (dropped). Running it again reuses the prepared data and the v
 (unless --overwrite_vocab).
 """
 
-import sys
-
 from absl import app, flags, logging
 
 from trainers import console, data_flags
@@ -26,14 +24,9 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     config = data_flags.data_config()
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
-    try:
-        prepare(config)
-    except ValueError as e:  # bad input: the message names file/line/flag, no stack trace
-        sys.exit(f"prepare_data: error: {e}")
+    prepare(config)  # bad input: console.run prints the message (file:line or flag), no trace
 
 
 def prepare(config):

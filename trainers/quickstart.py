@@ -32,14 +32,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 
-from trainers import console, data_flags, wmt
+from trainers import checks, console, data_flags, wmt
 
 FLAGS = flags.FLAGS
 # The trainer's own flags (model, recipe, data): the quickstart passes every one of them on to
@@ -117,34 +117,32 @@ def fail(stage, message):
              f"What to do: {remedy}")
 
 
-def check_writable(stage, flag, path):
-    """Fails at start, not after 20 minutes of training, if ``path`` cannot be written."""
+def write_file(stage, path, text):
+    from keras_transformer import writing
+
     try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as error:
-        fail(stage, f"cannot create --{flag}={path}: {error.strerror or error}")
-    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-        fail(stage, f"--{flag}={path} is not a writable folder.")
+        writing.write_file(path, text)
+    except writing.WriteError as error:
+        fail(stage, str(error))
 
 
-def atomic_write_text(path, text):
-    handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".tmp-")
+def _die_with_parent():
+    """In the trainer's process: SIGTERM it if the quickstart dies (Linux), so a killed quickstart
+    leaves no training behind."""
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 # --- 1. data -------------------------------------------------------------------------------------
 
-def stage_data():
+def stage_data(config):
     header("data", "corpus and shared subword vocabulary")
     from keras_transformer import data
 
-    config = data_flags.data_config(xla=FLAGS.xla)
     try:
         tokenizer, learned = data.load_or_learn_tokenizer(config)
         counts = {}
@@ -193,7 +191,6 @@ def stage_train():
     if FLAGS.overwrite and os.path.isdir(FLAGS.model_dir):
         shutil.rmtree(FLAGS.model_dir)
         say(f"--overwrite: deleted {FLAGS.model_dir}")
-    check_writable("train", "model_dir", FLAGS.model_dir)
     command = training_command()
     say("$ python " + " ".join(command[1:]))
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
@@ -202,21 +199,32 @@ def stage_train():
         os.remove(summary_path)  # so a stale summary is never reported as this run's
     tail = []
     log_path = os.path.join(FLAGS.model_dir, "train.log")
+    from keras_transformer import signals
+
+    os.makedirs(FLAGS.model_dir, exist_ok=True)
     try:
         with open(log_path, "a", encoding="utf-8") as log, subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment,
-                text=True, errors="replace", bufsize=1) as process:
-            for line in process.stdout:
-                log.write(line)
-                line = line.rstrip("\n")
-                if not NOISE.match(line):  # kept in train.log only
-                    say("  " + line)
-                    tail = (tail + [line])[-5:]
-            code = process.wait()
+                text=True, errors="replace", bufsize=1, start_new_session=True,
+                preexec_fn=_die_with_parent) as process:
+            try:
+                for line in process.stdout:
+                    log.write(line)
+                    line = line.rstrip("\n")
+                    if not NOISE.match(line):  # kept in train.log only
+                        say("  " + line)
+                        tail = (tail + [line])[-5:]
+                code = process.wait()
+            except signals.Interrupted as interrupted:
+                # The trainer runs in its own session (a Ctrl-C reaches it only from here, once):
+                # it finishes its step, saves a checkpoint and exits.
+                process.send_signal(interrupted.signum)
+                for line in process.stdout:
+                    log.write(line)
+                process.wait()
+                raise
     except OSError as error:
         fail("train", f"cannot run the trainer: {error}")
-    except KeyboardInterrupt:
-        fail("train", f"interrupted; the checkpoints in {FLAGS.model_dir} are kept")
     if code != 0:
         last = next((line for line in reversed(tail) if line.strip()), f"exit status {code}")
         fail("train", f"the trainer stopped with exit status {code}: {last.strip()} "
@@ -287,8 +295,8 @@ def stage_evaluate(config, checkpoint):
     try:
         result, hypotheses = evaluation.translate_and_evaluate(
             translate, sources, references, lang, batch_size=64, progress=progress)
-        atomic_write_text(os.path.join(FLAGS.model_dir, f"{split}.hyp"),
-                          "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
+        write_file("evaluate", os.path.join(FLAGS.model_dir, f"{split}.hyp"),
+                   "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
     except (ValueError, OSError, tf.errors.OpError) as error:
         fail("evaluate", str(error).splitlines()[0] if str(error) else type(error).__name__)
     seconds = time.monotonic() - started
@@ -312,7 +320,6 @@ def stage_export(translator):
 
     from keras_transformer import export
 
-    check_writable("export", "export_dir", FLAGS.export_dir)
     try:
         paths = list(export.export_for_serving(translator, FLAGS.export_dir, name))
     except (OSError, ValueError, tf.errors.OpError) as error:
@@ -397,21 +404,22 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
               "averaged_checkpoints": averaged, "export": paths, "samples": samples,
               "wall_minutes": wall / 60, "load_average": os.getloadavg(),
               "cpus": os.cpu_count(), "command": training_command()[1:]}
-    atomic_write_text(os.path.join(FLAGS.model_dir, "report.json"), json.dumps(record, indent=1))
+    write_file("translate", os.path.join(FLAGS.model_dir, "report.json"),
+               json.dumps(record, indent=1))
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     started = time.monotonic()
-    # Both outputs are checked first: a full disk should not be found after the training.
-    check_writable("export", "export_dir", FLAGS.export_dir)
-    check_writable("train", "model_dir", FLAGS.model_dir)
+    # Every path is checked first: a typo or a read-only disk is found now, not after training.
+    checks.output_dir("model_dir", FLAGS.model_dir)
+    checks.output_dir("export_dir", FLAGS.export_dir)
+    wmt.training_config(FLAGS.model_dir)  # the trainer's own checks of its flags
+    config = data_flags.data_config(xla=FLAGS.xla)
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
 
-    config, counts = stage_data()
+    config, counts = stage_data(config)
     summary = stage_train()
     checkpoint, averaged = stage_average(summary)
     translator, result, floors, sources, references, hypotheses, eval_seconds = stage_evaluate(

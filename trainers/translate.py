@@ -15,12 +15,11 @@ Beam size, alpha and the extra output length apply in checkpoint mode (--model_d
 SavedModel has the settings it was exported with baked into its graph (see its assets/config.json).
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from trainers import console, thread_flags
+from trainers import checks, console, thread_flags
 from trainers.console import stderr_progress
 
 flags.adopt_module_key_flags(thread_flags)
@@ -33,6 +32,7 @@ flags.DEFINE_string("checkpoint", None,
                     "(e.g. runs/small/ckpt-1000) or a folder; default the latest checkpoint.")
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
+flags.mark_flags_as_mutual_exclusive(["saved_model", "model_dir"], required=True)
 flags.DEFINE_string("input", None, "File of sentences, one per line (default: --text, else stdin).")
 flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
 flags.DEFINE_string("output", None, "Output file (default stdout); written whole at the end.")
@@ -43,28 +43,20 @@ flags.DEFINE_float("alpha", None, "Checkpoint mode only: length penalty alpha (d
 flags.DEFINE_integer("extra_length", None,
                      "Checkpoint mode only: output up to input length + this (default 50).",
                      lower_bound=1)
+flags.mark_flags_as_mutual_exclusive(["input", "text"])
 flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines.")
 
 FLAGS = flags.FLAGS
 MAX_TRUNCATION_NOTES = 20
 
 
-def fail(message):
-    sys.exit(f"translate: {message}")
-
-
 def read_lines():
     """Input lines as bytes (no decoding here: invalid UTF-8 is the graph's business)."""
-    if FLAGS.input is not None and FLAGS.text:
-        raise app.UsageError("give --input or --text, not both.")
     if FLAGS.text:
         return [t.encode("utf-8", "surrogateescape") for t in FLAGS.text]
     if FLAGS.input is not None:
-        try:
-            with open(FLAGS.input, "rb") as stream:
-                data = stream.read()
-        except OSError as error:
-            fail(f"cannot read --input={FLAGS.input}: {error.strerror}")
+        with open(FLAGS.input, "rb") as stream:
+            data = stream.read()
     else:
         data = sys.stdin.buffer.read()
     lines = data.split(b"\n")
@@ -74,21 +66,23 @@ def read_lines():
 
 
 def check_flags():
-    if (FLAGS.saved_model is None) == (FLAGS.model_dir is None):
-        raise app.UsageError("give exactly one of --saved_model and --model_dir.")
+    """The run folder (and its checkpoint) or the SavedModel, the input and the output: before
+    any work."""
     if FLAGS.saved_model is not None:
         given = [f"--{name}" for name in ("checkpoint", "vocab_path", "beam_size", "alpha", "extra_length")
                  if FLAGS[name].present]
         if given:
             raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
                                  "its search settings baked in (re-export to change them).")
-    elif not os.path.isfile(os.path.join(FLAGS.model_dir, "config.json")):
-        fail(f"--model_dir={FLAGS.model_dir}: {os.path.join(FLAGS.model_dir, 'config.json')} not "
-             "found; not the model_dir of a training run.")
+        checks.saved_model("saved_model", FLAGS.saved_model)
+    else:
+        checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
+        if FLAGS.vocab_path is not None:
+            checks.input_file("vocab_path", FLAGS.vocab_path)
+    if FLAGS.input is not None:
+        checks.input_file("input", FLAGS.input)
     if FLAGS.output is not None:
-        directory = os.path.dirname(os.path.abspath(FLAGS.output))
-        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-            fail(f"cannot write --output={FLAGS.output}: {directory} is not a writable folder.")
+        checks.output_file("output", FLAGS.output)
 
 
 def load_translate_fn():
@@ -96,21 +90,15 @@ def load_translate_fn():
     from keras_transformer import inference
 
     if FLAGS.saved_model is not None:
-        try:
-            return inference.load_exported_translate_fn(FLAGS.saved_model)
-        except ValueError as error:
-            fail(f"--saved_model: {error}")
+        return inference.load_exported_translate_fn(FLAGS.saved_model)
 
     defaults = inference.DecodingConfig()
-    try:
-        config = inference.DecodingConfig(
-            beam_size=FLAGS.beam_size or defaults.beam_size,
-            alpha=defaults.alpha if FLAGS.alpha is None else FLAGS.alpha,
-            extra_length=FLAGS.extra_length or defaults.extra_length)
-        translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
-                                               FLAGS.vocab_path)
-    except ValueError as error:
-        fail(error)
+    config = inference.DecodingConfig(
+        beam_size=FLAGS.beam_size or defaults.beam_size,
+        alpha=defaults.alpha if FLAGS.alpha is None else FLAGS.alpha,
+        extra_length=FLAGS.extra_length or defaults.extra_length)
+    translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
+                                           FLAGS.vocab_path)
     return translator.text_function(), FLAGS.model_dir
 
 
@@ -120,17 +108,12 @@ def write_output(lines):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    from keras_transformer.tokenizer import atomic_write
+    from keras_transformer import writing
 
-    try:
-        atomic_write(FLAGS.output, data)
-    except OSError as error:
-        fail(f"cannot write --output={FLAGS.output}: {error}")
+    writing.write_file(FLAGS.output, data)
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     check_flags()
     thread_flags.apply()
     lines = read_lines()

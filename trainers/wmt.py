@@ -10,18 +10,18 @@ Adam(0.9, 0.98, 1e-9) on the learning rate of Eq. (3), label smoothing 0.1, drop
 token-budget batches (--token_budget per side summed over replicas; --accumulation_steps to
 reach the paper's ~25k+25k tokens per update on fewer devices). Checkpoints go to --model_dir
 every --checkpoint_every_minutes (the paper: 10) and/or --checkpoint_every_steps; running the
-same command again resumes. SIGTERM saves a checkpoint and exits with status 143; a NaN/Inf
-loss stops with status 1 and keeps the last good checkpoint. At the end the last
+same command again resumes. SIGTERM (Ctrl-C: SIGINT) saves a checkpoint and exits with status 143
+(130) at any stage; a NaN/Inf loss or update stops with status 1 and keeps the last finite
+checkpoint as the latest. At the end the last
 --average_last checkpoints are averaged into MODEL_DIR/averaged/ckpt and a summary is written
 to MODEL_DIR/summary.json. TensorBoard: ``tensorboard --logdir=MODEL_DIR``.
 """
 
 import os
-import sys
 
 from absl import app, flags, logging
 
-from trainers import console, data_flags
+from trainers import checks, console, data_flags
 
 FLAGS = flags.FLAGS
 PRESETS = ("tiny", "mini", "small", "base", "big")  # keras_transformer.config.PRESETS
@@ -161,18 +161,6 @@ def model_config(vocab_size: int):
             f"--preset={FLAGS.preset} with overrides {overrides}: {error}") from None
 
 
-def check_export_dir():
-    """Fail at start, not after hours of training, when the export cannot be written."""
-    if FLAGS.export_dir is None:
-        return
-    try:
-        os.makedirs(FLAGS.export_dir, exist_ok=True)
-    except OSError as error:
-        raise app.UsageError(f"--export_dir={FLAGS.export_dir}: {error.strerror}") from None
-    if not os.access(FLAGS.export_dir, os.W_OK | os.X_OK):
-        raise app.UsageError(f"--export_dir={FLAGS.export_dir} is not writable.")
-
-
 def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
     """EXPORT HOOK (the export issue's code): the run's averaged (else latest) checkpoint as
     SavedModels for TF Serving, exactly as ``python -m trainers.export`` writes them."""
@@ -184,12 +172,13 @@ def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    data = data_flags.data_config(xla=FLAGS.xla)
     model_dir = FLAGS.model_dir or os.path.join("runs", FLAGS.preset)
+    # Everything that can be checked is checked before the slow work, not after hours of it.
+    checks.output_dir("model_dir", model_dir)
+    if FLAGS.export_dir is not None:
+        checks.output_dir("export_dir", FLAGS.export_dir)
     config = training_config(model_dir)
-    check_export_dir()
+    data = data_flags.data_config(xla=FLAGS.xla)
 
     # Logical devices and the strategy first: TensorFlow must not be initialised before.
     from keras_transformer.training import make_strategy
@@ -203,8 +192,9 @@ def main(argv):
     import tensorflow as tf
 
     from keras_transformer import data as kt_data
-    from keras_transformer.training import (NonFiniteLossError, ProgressLine, TensorBoard,
-                                            Trainer, is_chief)
+    from keras_transformer import signals, writing
+    from keras_transformer.training import (NonFiniteError, ProgressLine, TensorBoard, Trainer,
+                                            is_chief)
 
     keras.utils.set_random_seed(FLAGS.seed)
     if FLAGS.deterministic:
@@ -222,7 +212,7 @@ def main(argv):
                 raise
             logging.warning("No dev data (%s): no dev loss.", error)
     except (ValueError, kt_data.DataNotFoundError) as error:
-        sys.exit(f"wmt: data error: {error}")
+        console.error_exit(f"data: {error}")
 
     cfg = model_config(tokenizer.vocab_size)
     import dataclasses
@@ -233,10 +223,8 @@ def main(argv):
     chief = is_chief(strategy)
     if chief:  # the vocabulary travels with the checkpoints (what translate/export look for)
         from keras_transformer.inference import RUN_VOCABULARY_FILE
-        from keras_transformer.tokenizer import atomic_write
 
-        os.makedirs(model_dir, exist_ok=True)
-        atomic_write(os.path.join(model_dir, RUN_VOCABULARY_FILE), tokenizer.model_proto)
+        writing.write_file(os.path.join(model_dir, RUN_VOCABULARY_FILE), tokenizer.model_proto)
     callbacks = []
     if dev_fn is not None and FLAGS.dev_bleu_sentences:
         from keras_transformer.training.dev_bleu import DevBleu
@@ -254,20 +242,19 @@ def main(argv):
           f"vocabulary={tokenizer.vocab_size}, model_dir={model_dir}", flush=True)
     try:
         summary = trainer.fit(train_fn, dev_fn, callbacks)
-    except (NonFiniteLossError, ValueError) as error:
-        sys.exit(f"wmt: {error}")
+    except NonFiniteError as error:
+        console.error_exit(error)
     print(f"wmt: {summary['stop_reason']} after {summary['steps']} steps; "
           f"{summary['tokens_per_second']:,.0f} tokens/s; final train loss "
           f"{summary['final_train_loss']}; dev loss {summary['final_dev_loss']}; "
           f"summary in {os.path.join(model_dir, 'summary.json')}", flush=True)
-    if summary["stop_reason"] == "sigterm":
-        sys.exit(128 + 15)
+    signals.check()  # stopped by a signal: no new stage
     if FLAGS.export_dir and chief:
         try:
             paths = export_hook(model_dir, bool(summary["averaged_checkpoint"]), FLAGS.export_dir)
         except ValueError as error:
-            sys.exit(f"wmt: export failed (the checkpoints in {model_dir} are fine; retry with "
-                     f"python -m trainers.export --model_dir={model_dir}): {error}")
+            console.error_exit(f"export failed (the checkpoints in {model_dir} are fine; retry "
+                               f"with python -m trainers.export --model_dir={model_dir}): {error}")
         print(f"wmt: exported to {', '.join(paths)}", flush=True)
 
 

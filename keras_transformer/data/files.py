@@ -13,6 +13,8 @@ from typing import Dict, Iterator, Optional, Tuple
 
 import tensorflow as tf
 
+BOM = "\ufeff"  # some editors start UTF-8 files with it; it is not part of the first sentence
+
 
 @dataclasses.dataclass(frozen=True)
 class FileSpec:
@@ -48,6 +50,8 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
             except UnicodeDecodeError as e:
                 raise ValueError(f"{path}:{number}: invalid UTF-8 at byte {e.start}") from None
             text = text.rstrip("\n").rstrip("\r")
+            if number == 1:
+                text = text.removeprefix(BOM)
             if not text.strip():
                 raise ValueError(f"{path}:{number}: empty line (every line must hold a sentence)")
             yield number, text
@@ -86,6 +90,13 @@ def _check_pair(source: str, target: str) -> int:
         count += 1
 
 
+def _lines_of(path: str) -> tf.data.Dataset:
+    """The lines of ``path`` without a leading byte order mark (and, by ``TextLineDataset``, without
+    the line breaks; "\\r" of CRLF files goes with the strip of each field)."""
+    return tf.data.TextLineDataset(path).map(
+        lambda line: tf.strings.regex_replace(line, "^" + BOM, ""))
+
+
 _CHECKED: Dict[tuple, int] = {}
 
 
@@ -114,10 +125,10 @@ def load(spec: FileSpec) -> tf.data.Dataset:
             fields = tf.strings.split(line, "\t", maxsplit=1)
             return tf.strings.strip(fields[0]), tf.strings.strip(fields[1])
 
-        return tf.data.TextLineDataset(spec.source).map(split)
+        return _lines_of(spec.source).map(split)
     return tf.data.Dataset.zip(
-        tf.data.TextLineDataset(spec.source).map(tf.strings.strip),
-        tf.data.TextLineDataset(spec.target).map(tf.strings.strip),
+        _lines_of(spec.source).map(tf.strings.strip),
+        _lines_of(spec.target).map(tf.strings.strip),
     )
 
 

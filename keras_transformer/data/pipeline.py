@@ -16,7 +16,8 @@ import tensorflow as tf
 from keras_transformer.data import batching, ding, files, libreoffice_help, wmt
 from keras_transformer.data.config import (DING_DATASET, FILES_DATASET, OFFLINE_DATASETS,
                                            DataConfig)
-from keras_transformer.tokenizer import SubwordTokenizer, atomic_write
+from keras_transformer import writing
+from keras_transformer.tokenizer import SubwordTokenizer
 
 SPLITS = ("train", "dev", "test")
 _SPEC_FLAGS = {"train": "train_data", "dev": "dev_data", "test": "test_data"}
@@ -65,7 +66,7 @@ def prepare_offline(config: DataConfig):
         return builder
     module.check_source(source)  # fails early with a clear message (missing, bad text)
     builder.download_and_prepare()
-    atomic_write(marker, _source_fingerprint(source).encode("ascii"))
+    writing.write_file(marker, _source_fingerprint(source))
     return builder
 
 
@@ -157,7 +158,7 @@ def load_or_learn_tokenizer(
     tokenizer = SubwordTokenizer.learn(
         training_texts(config), config.effective_vocab_size, path, seed=config.seed
     )
-    atomic_write(record_path, json.dumps(wanted, indent=1).encode("utf-8"))
+    writing.write_file(record_path, json.dumps(wanted, indent=1))
     return tokenizer, True
 
 

@@ -10,11 +10,11 @@ from keras_transformer.training.schedule import TransformerSchedule, paper_optim
 from keras_transformer.training.step import TrainStep
 from keras_transformer.training.strategy import (PRECISIONS, STRATEGIES, configure_cpu_devices,
                                                  is_chief, make_strategy, resolve_precision)
-from keras_transformer.training.trainer import (PRECISION_POLICIES, NonFiniteLossError, Trainer,
+from keras_transformer.training.trainer import (PRECISION_POLICIES, NonFiniteError, Trainer,
                                                 TrainingConfig, build_model, load_run_config)
 
 __all__ = [
-    "Callback", "Checkpointer", "LabelSmoothedCrossEntropy", "NonFiniteLossError",
+    "Callback", "Checkpointer", "LabelSmoothedCrossEntropy", "NonFiniteError",
     "PRECISION_POLICIES", "PRECISIONS", "ProgressLine", "STRATEGIES", "TensorBoard", "TrainStep", "Trainer",
     "TrainingConfig", "TransformerSchedule", "average_checkpoints", "build_model",
     "checkpoint_paths", "configure_cpu_devices", "is_chief", "label_smoothed_cross_entropy",

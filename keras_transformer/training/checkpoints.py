@@ -15,6 +15,8 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import signals, writing
+
 
 def model_checkpoint(model, **others) -> tf.train.Checkpoint:
     """A ``tf.train.Checkpoint`` holding every variable of ``model`` (plus ``others``).
@@ -80,8 +82,16 @@ class Checkpointer:
             time.monotonic() - self._last_save_time >= 60.0 * self.every_minutes)
 
     def save(self, step: int) -> Optional[str]:
-        """Writes a checkpoint numbered ``step``; returns its path on the chief."""
-        path = self.manager.save(checkpoint_number=step)
+        """Writes a checkpoint numbered ``step``; returns its path on the chief. A write failure
+        (a full disk) removes the half-written files and raises ``writing.WriteError``; the
+        previous checkpoint stays the latest."""
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (OSError, tf.errors.OpError) as error:
+            writing.remove_leftovers(self.manager.directory, checkpoints=True)
+            raise writing.WriteError(
+                f"{writing.describe(error, os.path.join(self.directory, f'ckpt-{step}'))} "
+                f"(the latest complete checkpoint is still {self.latest or 'none'})") from None
         self._last_save_time = time.monotonic()
         if not self.chief:
             shutil.rmtree(self.manager.directory, ignore_errors=True)
@@ -98,11 +108,19 @@ def checkpoint_paths(directory: str) -> list:
     return list(state.all_model_checkpoint_paths)
 
 
+def non_finite_variables(variables) -> list:
+    """Names of the floating-point ``variables`` holding a NaN or an infinity."""
+    return [v.path if hasattr(v, "path") else v.name for v in variables
+            if np.issubdtype(np.dtype(v.dtype), np.floating)
+            and not np.isfinite(np.asarray(v.numpy())).all()]
+
+
 def average_checkpoints(model, paths: Sequence[str]) -> None:
     """Sets ``model``'s variables to the element-wise mean over the checkpoints ``paths``.
 
     Floating-point variables are averaged (in float64, then cast back); integer state (e.g.
-    random seeds) is taken from the last checkpoint. The model must be built.
+    random seeds) is taken from the last checkpoint. The model must be built. A checkpoint holding
+    a NaN or an infinity is refused (ValueError naming it): it would poison the average.
     """
     paths = list(paths)
     if not paths:
@@ -110,7 +128,13 @@ def average_checkpoints(model, paths: Sequence[str]) -> None:
     variables = model.variables
     totals = None
     for path in paths:
+        signals.check()  # a signal stops the averaging between checkpoints
         restore_model(model, path)
+        bad = non_finite_variables(variables)
+        if bad:
+            raise ValueError(f"checkpoint {path} holds NaN or infinite values ({len(bad)} of "
+                             f"{len(variables)} variables, e.g. {bad[0]}); average only finite "
+                             "checkpoints (pick them with --checkpoints).")
         values = [np.asarray(v.numpy(), np.float64) for v in variables]
         totals = values if totals is None else [t + v for t, v in zip(totals, values)]
     for variable, total in zip(variables, totals):
@@ -118,19 +142,26 @@ def average_checkpoints(model, paths: Sequence[str]) -> None:
             variable.assign((total / len(paths)).astype(variable.dtype))
 
 
-def write_averaged_checkpoint(model, paths: Sequence[str], output_prefix: str) -> str:
-    """Averages ``paths`` into ``model`` and writes the model alone to ``output_prefix``.
+def write_model_checkpoint(model, prefix: str) -> str:
+    """Writes ``model``'s variables alone to the checkpoint ``prefix``, whole or not at all.
 
-    The result loads with ``restore_model(model, path)`` like any checkpoint of a training run
-    (it has no optimizer state). Written to a temporary prefix first, then
-    renamed, so an interrupted run never leaves a half-written average.
+    The files are written to a temporary folder beside it, then moved in with signals deferred:
+    the old ``.index`` goes first and the new one comes last, so at every moment ``prefix`` is the
+    old checkpoint, no loadable checkpoint, or the new one. Loads with ``restore_model``.
     """
+    directory = os.path.dirname(os.path.abspath(prefix))
+    with writing.temporary_folder(directory, prefix) as staging:
+        written = model_checkpoint(model).write(os.path.join(staging, "ckpt"))
+        with signals.deferred():
+            if tf.io.gfile.exists(prefix + ".index"):
+                tf.io.gfile.remove(prefix + ".index")
+            for name in sorted(tf.io.gfile.glob(written + "*"), key=lambda n: n.endswith(".index")):
+                tf.io.gfile.rename(name, prefix + name[len(written):], overwrite=True)
+    return prefix
+
+
+def write_averaged_checkpoint(model, paths: Sequence[str], output_prefix: str) -> str:
+    """Averages ``paths`` into ``model`` and writes the model alone to ``output_prefix`` (see
+    ``write_model_checkpoint``); it loads like any checkpoint of a training run."""
     average_checkpoints(model, paths)
-    directory = os.path.dirname(output_prefix) or "."
-    tf.io.gfile.makedirs(directory)
-    temporary = output_prefix + ".partial"
-    written = model_checkpoint(model).write(temporary)
-    # The .index file goes last: a checkpoint without it is not loadable, hence never "half".
-    for name in sorted(tf.io.gfile.glob(written + "*"), key=lambda n: n.endswith(".index")):
-        tf.io.gfile.rename(name, output_prefix + name[len(written):], overwrite=True)
-    return output_prefix
+    return write_model_checkpoint(model, output_prefix)

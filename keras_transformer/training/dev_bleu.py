@@ -13,11 +13,11 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
+from keras_transformer import writing
 from keras_transformer.evaluation import sacrebleu_score
 from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
-from keras_transformer.tokenizer import atomic_write
 from keras_transformer.training.callbacks import Callback
-from keras_transformer.training.checkpoints import model_checkpoint
+from keras_transformer.training.checkpoints import write_model_checkpoint
 
 BEST_PREFIX = os.path.join("best", "ckpt")
 
@@ -59,6 +59,6 @@ class DevBleu(Callback):
         if self.keep_best and self.trainer.chief and (self.best is None or bleu.score > self.best):
             self.best = bleu.score
             directory = self.trainer.config.model_dir
-            model_checkpoint(self.trainer.model).write(os.path.join(directory, BEST_PREFIX))
-            atomic_write(os.path.join(directory, "best", "best.json"), json.dumps(
-                {"step": step, "bleu": bleu.score, "signature": bleu.signature}).encode())
+            write_model_checkpoint(self.trainer.model, os.path.join(directory, BEST_PREFIX))
+            writing.write_file(os.path.join(directory, "best", "best.json"), json.dumps(
+                {"step": step, "bleu": bleu.score, "signature": bleu.signature}))

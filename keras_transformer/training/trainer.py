@@ -15,12 +15,12 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import time
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
+from keras_transformer import signals, writing
 from keras_transformer.config import TransformerConfig
 from keras_transformer.training.callbacks import Callback
 from keras_transformer.training.checkpoints import (Checkpointer, checkpoint_paths,
@@ -38,8 +38,9 @@ SUMMARY_FILE = "summary.json"
 AVERAGED_PREFIX = os.path.join("averaged", "ckpt")
 
 
-class NonFiniteLossError(RuntimeError):
-    """The training loss became NaN or Inf; the last good checkpoint was left untouched."""
+class NonFiniteError(RuntimeError):
+    """The loss or the weights became NaN or infinite; nothing after the last finite checkpoint
+    was saved, averaged or exported."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,12 +103,20 @@ class TrainingConfig:
                              "deleted before they could be averaged).")
 
 
-def _atomic_write_json(path: str, value: dict) -> None:
-    temporary = f"{path}.partial"
-    with tf.io.gfile.GFile(temporary, "w") as stream:
-        json.dump(value, stream, indent=2, sort_keys=True)
-        stream.write("\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+def _finite_json(value):
+    """``value`` with NaN and infinities as None: JSON has no NaN, and a reader must not choke."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def write_json(path: str, value: dict) -> None:
+    writing.write_file(path, json.dumps(_finite_json(value), indent=2, sort_keys=True,
+                                        allow_nan=False) + "\n")
 
 
 def load_run_config(model_dir: str) -> dict:
@@ -170,7 +179,7 @@ class Trainer:
             self.checkpoint, config.model_dir, every_steps=config.checkpoint_every_steps,
             every_minutes=config.checkpoint_every_minutes, max_to_keep=config.keep_checkpoints,
             chief=self.chief, worker_id=getattr(resolver, "task_id", 0) or 0)
-        self._stop_signal = None
+        self._finite_fn = None
 
     @property
     def step(self) -> int:
@@ -199,24 +208,38 @@ class Trainer:
         if not self.chief:
             return
         tf.io.gfile.makedirs(self.config.model_dir)
-        _atomic_write_json(os.path.join(self.config.model_dir, CONFIG_FILE),
+        write_json(os.path.join(self.config.model_dir, CONFIG_FILE),
                            {"model": self.model_config.to_dict(),
                             "training": dataclasses.asdict(self.config), **self.run_info})
 
-    def _on_sigterm(self, signum, frame):
-        self._stop_signal = signum
+    def weights_are_finite(self) -> bool:
+        """Whether every floating-point variable a checkpoint would hold (the model's and the
+        optimizer's) is finite: checked before every save, since the loss of a step is computed
+        with the weights from before its update."""
+        if self._finite_fn is None:
+            variables = [v for v in self.checkpoint_variables() if tf.as_dtype(v.dtype).is_floating]
+            self._finite_fn = tf.function(lambda: tf.reduce_all(
+                [tf.reduce_all(tf.math.is_finite(v)) for v in variables]))
+        return bool(self._finite_fn())
+
+    def checkpoint_variables(self) -> list:
+        return list(self.model.variables) + list(self.optimizer.variables)
 
     def fit(self, train_dataset_fn: Callable, dev_dataset_fn: Optional[Callable] = None,
             callbacks: Sequence[Callback] = ()) -> dict:
         """Trains; returns the summary (also written to ``model_dir/summary.json`` by the chief).
 
-        Raises ``NonFiniteLossError`` if the loss becomes NaN/Inf (no checkpoint is written
-        after that point, so the latest checkpoint is the last good one).
+        SIGTERM/SIGINT (``keras_transformer.signals``) end training after the current step with a
+        checkpoint, skip what would follow (dev evaluation, averaging) and set ``stop_reason`` to
+        "sigterm"/"sigint". Raises ``NonFiniteError`` if the loss or the weights become NaN/Inf:
+        nothing after the last finite checkpoint is saved, and it stays the latest.
         """
         config = self.config
         for callback in callbacks:
             callback.trainer = self
         self._write_run_config()
+        if self.chief:  # what a killed run left half-written
+            writing.remove_leftovers(config.model_dir, checkpoints=True)
         restored = self.restore()
         start_step = self.step
         skip_steps = start_step if config.resume_data == "skip" else 0
@@ -231,53 +254,70 @@ class Trainer:
         iterator = iter(self.strategy.distribute_datasets_from_function(repeated))
         dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
                     if dev_dataset_fn else None)
-
-        previous_handler = None
-        try:
-            previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
-        except ValueError:  # not the main thread: no preemption handling
-            pass
-        try:
+        with signals.polled():
             return self._loop(iterator, dev_data, callbacks, start_step, restored)
-        finally:
-            if previous_handler is not None:
-                signal.signal(signal.SIGTERM, previous_handler)
+
+    def _check_finite(self, step, run):
+        if self.weights_are_finite():
+            return
+        self._write_summary(run, step, "non_finite")
+        raise NonFiniteError(
+            f"the update of step {step} made weights NaN or infinite (learning rate "
+            f"{self.learning_rate():.3g}); nothing of it was saved, and the latest checkpoint "
+            f"{self.checkpointer.latest or '(none: nothing was saved yet)'} is the last finite "
+            "one. Lower --learning_rate_scale, raise --warmup_steps, or use float32/bfloat16 "
+            "instead of float16.")
+
+    def _save(self, step, run):
+        self._check_finite(step, run)
+        self.checkpointer.save(step)
+        run["saved_step"] = step
+
+    def _evaluate_unless_stopped(self, dev_data, step, callbacks):
+        """Dev evaluation that a signal ends at once; returns its logs, or None if stopped."""
+        try:
+            with signals.raising():
+                return self._evaluate(dev_data, step, callbacks)
+        except signals.Interrupted:
+            return None
 
     def _loop(self, iterator, dev_data, callbacks, start_step, restored):
         config = self.config
         started = time.monotonic()
         budget = 60.0 * config.train_minutes if config.train_minutes else None
         interval = _Interval(time.monotonic())
-        totals = dict(source_tokens=0.0, target_tokens=0.0)
-        last = {}
-        dev_logs = {}
+        run = dict(started=started, start_step=start_step, restored=restored, last={},
+                   dev_logs={}, saved_step=start_step if restored else None,
+                   source_tokens=0.0, target_tokens=0.0)
         stop_reason = None
-        saved_step = start_step if restored else None
         step = start_step
+        skips_are_normal = config.mixed_precision == "float16"  # dynamic loss scaling
         while True:
             if config.train_steps is not None and step >= config.train_steps:
                 stop_reason = "train_steps"
                 break
             out_of_time = budget is not None and time.monotonic() - started >= budget
-            flags = [float(bool(self._stop_signal) or out_of_time),
+            flags = [float(bool(signals.received()) or out_of_time),
                      float(self.checkpointer.due(step + 1))]
             stats = {k: v.numpy() for k, v in self.train_step.step(iterator, flags).items()}
             step += 1
             self.step_counter.assign(step)
             loss = float(stats["loss_sum"]) / max(float(stats["target_tokens"]), 1.0)
-            if not math.isfinite(loss):
-                raise NonFiniteLossError(
-                    f"The training loss became {loss} at step {step} (learning rate "
-                    f"{self.learning_rate():.3g}). Training stopped; the last good checkpoint is "
-                    f"{self.checkpointer.latest or 'none (nothing was saved yet)'} and was not "
-                    "overwritten. Lower --learning_rate_scale, raise --warmup_steps, or use "
-                    "float32/bfloat16 instead of float16.")
+            if not math.isfinite(loss) and not skips_are_normal:
+                self._write_summary(run, step, "non_finite")
+                raise NonFiniteError(
+                    f"the training loss became {loss} at step {step} (learning rate "
+                    f"{self.learning_rate():.3g}); nothing of it was saved, and the latest "
+                    f"checkpoint {self.checkpointer.latest or '(none: nothing was saved yet)'} "
+                    "is the last finite one. Lower --learning_rate_scale, raise --warmup_steps, "
+                    "or use float32/bfloat16 instead of float16.")
             interval.add(stats)
-            totals["source_tokens"] += float(stats["source_tokens"])
-            totals["target_tokens"] += float(stats["target_tokens"])
+            run["source_tokens"] += float(stats["source_tokens"])
+            run["target_tokens"] += float(stats["target_tokens"])
             stop, save_due = (bool(f > 0) for f in stats["flags"])
             is_last = stop or step == config.train_steps
             if step % config.log_every_steps == 0 or is_last:
+                self._check_finite(step, run)
                 last = interval.logs(time.monotonic())
                 last["learning_rate"] = self.learning_rate()
                 elapsed = time.monotonic() - started
@@ -285,43 +325,60 @@ class Trainer:
                 last["remaining_seconds"] = self._remaining(step, start_step, elapsed, budget)
                 for callback in callbacks:
                     callback.on_log(step, last)
+                run["last"] = last
                 interval = _Interval(time.monotonic())
             if dev_data is not None and config.dev_every_steps and (
-                    step % config.dev_every_steps == 0):
-                dev_logs = self._evaluate(dev_data, step, callbacks)
+                    step % config.dev_every_steps == 0) and not stop:
+                self._check_finite(step, run)
+                logs = self._evaluate_unless_stopped(dev_data, step, callbacks)
+                run["dev_logs"] = logs if logs is not None else run["dev_logs"]
                 interval.started = time.monotonic()
-            if stop:
-                stop_reason = ("sigterm" if self._stop_signal else
-                               "train_minutes" if out_of_time else "peer_stopped")
+            if stop:  # agreed by all replicas and workers through the step's flags
+                stop_reason = (signals.reason(signals.received()) if signals.received()
+                               else "train_minutes" if out_of_time else "peer_stopped")
                 break
             if save_due:
-                self.checkpointer.save(step)
-                saved_step = step
-        if saved_step != step:
-            self.checkpointer.save(step)
-        wall = time.monotonic() - started
-        if dev_data is not None and stop_reason != "sigterm" and dev_logs.get("step") != step:
-            dev_logs = self._evaluate(dev_data, step, callbacks)
+                self._save(step, run)
+        if run["saved_step"] != step:
+            self._save(step, run)
+        run["wall"] = time.monotonic() - started
         averaged = None
-        if config.average_last and self.chief and stop_reason != "sigterm":
-            averaged = self.average_last(config.average_last)
+        if not signals.received():
+            # The last stages end at once on a signal; the checkpoint above is what counts.
+            try:
+                with signals.raising():
+                    if dev_data is not None and run["dev_logs"].get("step") != step:
+                        run["dev_logs"] = self._evaluate(dev_data, step, callbacks)
+                    if config.average_last and self.chief:
+                        averaged = self.average_last(config.average_last)
+            except signals.Interrupted:
+                averaged = None
+        if signals.received():
+            stop_reason = signals.reason(signals.received())
+        summary = self._write_summary(run, step, stop_reason, averaged)
+        for callback in callbacks:
+            callback.on_end(summary)
+        return summary
+
+    def _write_summary(self, run, step, stop_reason, averaged=None) -> dict:
+        wall = run.get("wall", time.monotonic() - run["started"])
+        last, dev_logs = run["last"], run["dev_logs"]
         summary = {
-            "start_step": start_step, "steps": step, "steps_this_run": step - start_step,
-            "stop_reason": stop_reason, "wall_seconds": wall,
-            "source_tokens": totals["source_tokens"], "target_tokens": totals["target_tokens"],
-            "tokens_per_second": sum(totals.values()) / max(wall, 1e-9),
+            "start_step": run["start_step"], "steps": step,
+            "steps_this_run": step - run["start_step"], "stop_reason": stop_reason,
+            "wall_seconds": wall,
+            "source_tokens": run["source_tokens"], "target_tokens": run["target_tokens"],
+            "tokens_per_second": (run["source_tokens"] + run["target_tokens"]) / max(wall, 1e-9),
             "final_train_loss": last.get("loss"), "final_train_accuracy": last.get("accuracy"),
             "final_learning_rate": self.learning_rate(),
             "final_dev_loss": dev_logs.get("loss"), "final_dev_accuracy": dev_logs.get("accuracy"),
-            "resumed_from": restored, "latest_checkpoint": self.checkpointer.latest,
+            "resumed_from": run["restored"], "latest_checkpoint": self.checkpointer.latest,
             "averaged_checkpoint": averaged,
             "num_replicas": self.strategy.num_replicas_in_sync,
         }
         if self.chief:
-            _atomic_write_json(os.path.join(config.model_dir, SUMMARY_FILE), summary)
-        for callback in callbacks:
-            callback.on_end(summary)
-        return summary
+            write_json(os.path.join(self.config.model_dir, SUMMARY_FILE), summary)
+        return _finite_json(summary)
 
     def _remaining(self, step, start_step, elapsed, budget):
         candidates = []

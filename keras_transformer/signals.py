@@ -1,0 +1,128 @@
+"""SIGTERM and SIGINT: stop promptly at any stage, never half-way through a write.
+
+A preempted job gets SIGTERM, a user presses Ctrl-C (SIGINT). Once :func:`install` has run (the
+programs call it first), either signal raises :class:`Interrupted` at the next Python line, so a
+stage in progress (dev BLEU, evaluation, export) ends at once and its ``finally`` blocks clean
+up. Two regions change that:
+
+- :func:`polled` (the training loop): the signal is only recorded; the loop finishes its step,
+  saves a checkpoint and stops, reading :func:`received`;
+- :func:`deferred` (renames that must happen together): the signal is raised when the region ends.
+
+:func:`raising` restores the raise-at-once behaviour inside a polled region (an evaluation during
+training). A received signal stays received: :func:`check` raises it again before a new stage.
+"""
+
+import contextlib
+import signal
+import threading
+from typing import Iterator, Optional
+
+HANDLED = (signal.SIGTERM, signal.SIGINT)
+_RAISE, _POLL, _DEFER = "raise", "poll", "defer"
+
+_modes = [_RAISE]
+_received: Optional[int] = None
+_installed = False
+
+
+class Interrupted(BaseException):
+    """A SIGTERM or SIGINT arrived. Like KeyboardInterrupt it is not an ``Exception``, so
+    ``except Exception`` blocks let it through; ``exit_status`` is 128 + the signal number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.exit_status = 128 + signum
+
+    def __str__(self):
+        return f"stopped by {self.name}"
+
+
+def _handler(signum, frame):
+    global _received
+    if _received is None:
+        _received = signum
+    if _modes[-1] == _RAISE:
+        raise Interrupted(signum)
+
+
+def install() -> bool:
+    """Routes SIGTERM and SIGINT here (main thread only; elsewhere Python cannot); returns whether
+    it did."""
+    global _installed
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for signum in HANDLED:
+        signal.signal(signum, _handler)
+    _installed = True
+    return True
+
+
+def received() -> Optional[int]:
+    """The first signal received since the start (or :func:`reset`), else None."""
+    return _received
+
+
+def reason(signum: int) -> str:
+    """"sigterm" / "sigint": how a summary names a stop by ``signum``."""
+    return signal.Signals(signum).name.lower()
+
+
+def reset() -> None:
+    """Forgets a received signal (for tests and notebooks that go on after one)."""
+    global _received
+    _received = None
+
+
+def check() -> None:
+    """Raises :class:`Interrupted` if a signal was received: call before starting a new stage."""
+    if _received is not None:
+        raise Interrupted(_received)
+
+
+@contextlib.contextmanager
+def _mode(mode: str):
+    _modes.append(mode)
+    try:
+        yield
+    finally:
+        _modes.pop()
+
+
+@contextlib.contextmanager
+def polled() -> Iterator[None]:
+    """Inside, signals are only recorded (see :func:`received`). Installs the handlers for the
+    region if no program did, and puts the previous ones back after it."""
+    previous = None
+    if not _installed and threading.current_thread() is threading.main_thread():
+        previous = {signum: signal.getsignal(signum) for signum in HANDLED}
+        for signum in HANDLED:
+            signal.signal(signum, _handler)
+    try:
+        with _mode(_POLL):
+            yield
+    finally:
+        if previous is not None:  # a library caller: it learns of the signal from its result
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            reset()
+
+
+@contextlib.contextmanager
+def raising() -> Iterator[None]:
+    """Inside, a signal raises :class:`Interrupted` at once (also one received before)."""
+    with _mode(_RAISE):
+        check()
+        yield
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Inside, a signal waits; it is raised when the region ends (if the region around it
+    raises signals at once)."""
+    with _mode(_DEFER):
+        yield
+    if _received is not None and _modes[-1] == _RAISE and _installed:
+        raise Interrupted(_received)

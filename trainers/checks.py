@@ -1,0 +1,113 @@
+"""Checks of the paths the flags name, run before anything slow (vocabulary learning, model
+building, data fingerprinting): each failure is one ``app.UsageError`` naming the flag and the
+path, so a typo costs a second, not an hour.
+
+Output folders are probed by writing (and removing) a file, not by ``os.access``, which says yes to
+root on read-only file systems; nothing is created that a failed check would leave behind.
+"""
+
+import os
+import tempfile
+
+from absl import app
+
+from keras_transformer import writing
+
+
+def _remote(path):
+    return "://" in str(path)  # gs:// and the like: TensorFlow's file systems check them later
+
+
+def _fail(flag, path, problem):
+    raise app.UsageError(f"--{flag}={path}: {problem}")
+
+
+def input_file(flag, path):
+    """``path`` exists, is a file and can be read."""
+    if _remote(path):
+        return
+    if not os.path.exists(path):
+        _fail(flag, path, "no such file")
+    if os.path.isdir(path):
+        _fail(flag, path, "is a folder, not a file")
+    try:
+        with open(path, "rb") as stream:
+            stream.read(1)
+    except OSError as error:
+        _fail(flag, path, f"cannot be read ({error.strerror})")
+
+
+def input_dir(flag, path):
+    """``path`` is an existing folder."""
+    if not os.path.exists(path):
+        _fail(flag, path, "no such folder")
+    if not os.path.isdir(path):
+        _fail(flag, path, "is a file, not a folder")
+
+
+def output_dir(flag, path):
+    """``path`` is a folder, or can become one, that this process can write into."""
+    if not path:
+        _fail(flag, path, "must name a folder")
+    if _remote(path):
+        return
+    absolute = os.path.abspath(path)
+    existing = absolute
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        if existing == absolute:
+            _fail(flag, path, "is a file, not a folder")
+        _fail(flag, path, f"lies below {existing}, which is a file")
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=writing.TEMPORARY_PREFIX
+                                         + f"{os.getpid()}-probe")
+        os.close(handle)
+        os.remove(probe)
+    except OSError as error:
+        where = "" if existing == absolute else f" (its nearest existing folder {existing})"
+        _fail(flag, path, f"cannot be written{where}: {error.strerror}")
+
+
+def output_file(flag, path):
+    """``path`` is not a folder and its folder can be written."""
+    if os.path.isdir(path):
+        _fail(flag, path, "is a folder, not a file")
+    output_dir(flag, os.path.dirname(os.path.abspath(path)))
+
+
+def run_dir(flag, path, checkpoint=None):
+    """``path`` is the model_dir of a training run: its ``config.json`` parses, and ``checkpoint``
+    (the --checkpoint value: None/latest, averaged, a folder or a prefix) resolves."""
+    import json
+
+    from keras_transformer.training.trainer import CONFIG_FILE
+
+    input_dir(flag, path)
+    config = os.path.join(path, CONFIG_FILE)
+    if not os.path.isfile(config):
+        _fail(flag, path, f"not the model_dir of a training run (no {CONFIG_FILE} in it)")
+    try:
+        with open(config, encoding="utf-8") as stream:
+            run = json.load(stream)
+        if not isinstance(run, dict) or not isinstance(run.get("model"), dict):
+            raise ValueError("it holds no model settings")
+    except (OSError, ValueError) as error:
+        _fail(flag, path, f"its {CONFIG_FILE} cannot be read: {str(error).splitlines()[0]}")
+    from keras_transformer.inference import resolve_checkpoint
+
+    try:
+        resolve_checkpoint(path, checkpoint)
+    except ValueError as error:
+        flag_of_problem = "checkpoint" if checkpoint not in (None, "", "latest") else flag
+        raise app.UsageError(f"--{flag_of_problem}: {error}") from None
+
+
+def saved_model(flag, path):
+    """``path`` is a SavedModel version folder, or a base folder with numeric versions."""
+    input_dir(flag, path)
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return
+    if not any(name.isdigit() and os.path.isfile(os.path.join(path, name, "saved_model.pb"))
+               for name in os.listdir(path)):
+        _fail(flag, path, "holds no saved_model.pb and no numeric version folder with one")
