@@ -45,6 +45,8 @@ class DecodingConfig:
             raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}.")
         if not isinstance(self.extra_length, int) or self.extra_length < 1:
             raise ValueError(f"extra_length must be a positive integer, got {self.extra_length!r}.")
+        if not (isinstance(self.alpha, (int, float)) and 0 <= self.alpha < float("inf")):
+            raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}.")
 
 
 # The input of every text translation function: a batch of sentences, as TF Serving sends them.

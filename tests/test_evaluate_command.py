@@ -121,16 +121,6 @@ def test_evaluate_command_on_an_exported_copy_model(exported_copy_model):
     assert done in stderr and done not in stdout, (stdout, stderr)
 
 
-def test_evaluate_command_reports_a_missing_model_without_traceback(exported_copy_model):
-    base, test_file = exported_copy_model
-    code, _, stderr = run(f"--saved_model={base / 'nothing'}", "--dataset=files",
-                          f"--test_data={test_file}")
-    assert code != 0
-    assert "evaluate:" in stderr and "nothing" in stderr and "does not exist" in stderr
-    assert "Traceback" not in stderr
-
-
-
 def test_evaluate_floors_beside_the_model(exported_copy_model):
     # The copy model scores exactly the copy floor; with the test pairs as training data the
     # translation memory finds every sentence (100) and the verdict says the model is below it.

@@ -49,7 +49,7 @@ def check_flags():
             raise app.UsageError(f"--checkpoints: {prefix} is not a checkpoint (no "
                                  f"{prefix.removesuffix('.index')}.index)")
     output = FLAGS.output or os.path.join(FLAGS.model_dir, "averaged", "ckpt")
-    checks.output_dir("output", os.path.dirname(os.path.abspath(output)))
+    checks.output_file("output", output)
 
 
 def main(argv):

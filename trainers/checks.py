@@ -49,31 +49,35 @@ def output_dir(flag, path):
     """``path`` is a folder, or can become one, that this process can write into."""
     if not path:
         _fail(flag, path, "must name a folder")
+    if not _remote(path):
+        _writable(flag, path, os.path.abspath(path))
+
+
+def output_file(flag, path):
+    """``path`` (a file, or a checkpoint prefix) is not a folder, and its folder can be written."""
     if _remote(path):
         return
-    absolute = os.path.abspath(path)
-    existing = absolute
+    if os.path.isdir(path):
+        _fail(flag, path, "is a folder, not a file")
+    _writable(flag, path, os.path.dirname(os.path.abspath(path)))
+
+
+def _writable(flag, shown, folder):
+    existing = folder
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        if existing == absolute:
-            _fail(flag, path, "is a file, not a folder")
-        _fail(flag, path, f"lies below {existing}, which is a file")
+        if existing == os.path.abspath(shown):
+            _fail(flag, shown, "is a file, not a folder")
+        _fail(flag, shown, f"lies below {existing}, which is a file")
     try:
         handle, probe = tempfile.mkstemp(dir=existing, prefix=writing.TEMPORARY_PREFIX
                                          + f"{os.getpid()}-probe")
         os.close(handle)
         os.remove(probe)
     except OSError as error:
-        where = "" if existing == absolute else f" (its nearest existing folder {existing})"
-        _fail(flag, path, f"cannot be written{where}: {error.strerror}")
-
-
-def output_file(flag, path):
-    """``path`` is not a folder and its folder can be written."""
-    if os.path.isdir(path):
-        _fail(flag, path, "is a folder, not a file")
-    output_dir(flag, os.path.dirname(os.path.abspath(path)))
+        where = "" if existing == os.path.abspath(shown) else f" (in {existing})"
+        _fail(flag, shown, f"cannot be written{where}: {error.strerror}")
 
 
 def run_dir(flag, path, checkpoint=None):
@@ -81,9 +85,9 @@ def run_dir(flag, path, checkpoint=None):
     (the --checkpoint value: None/latest, averaged, a folder or a prefix) resolves."""
     import json
 
+    input_dir(flag, path)
     from keras_transformer.training.trainer import CONFIG_FILE
 
-    input_dir(flag, path)
     config = os.path.join(path, CONFIG_FILE)
     if not os.path.isfile(config):
         _fail(flag, path, f"not the model_dir of a training run (no {CONFIG_FILE} in it)")

@@ -1,6 +1,7 @@
 """What the commands show on the terminal besides their results."""
 
 import contextlib
+import math
 import sys
 
 
@@ -41,6 +42,11 @@ def _parse_flags(argv):
         rest = flags.FLAGS(argv)
     except flags.Error as error:
         error_exit(f"{error} (--helpfull lists the flags)", status=2)
+    for name in flags.FLAGS:
+        value = flags.FLAGS[name].value
+        if isinstance(value, float) and not math.isfinite(value):
+            error_exit(f"flag --{name}={value}: must be a finite number (--helpfull lists the "
+                       "flags)", status=2)
     if len(rest) > 1:
         error_exit(f"unexpected argument(s) {' '.join(rest[1:])!r}: every option is a --flag "
                    "(--helpfull lists them)", status=2)
@@ -78,7 +84,7 @@ def run(main):
         except ModuleNotFoundError as error:
             missing(error)
         except app.UsageError as error:
-            error_exit(f"{error} (--helpfull lists the flags)", status=2)
+            error_exit(error, status=2)
         except signals.Interrupted as interrupted:
             error_exit(f"{interrupted}; what was complete is kept, nothing half-written is left",
                        status=interrupted.exit_status)

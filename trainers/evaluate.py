@@ -47,7 +47,8 @@ flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick 
 flags.DEFINE_string("output", None, "Write the translations here, one line per test sentence.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
 flags.DEFINE_integer("beam_size", 4, "With --model_dir: beam size (section 6.1: 4).", lower_bound=1)
-flags.DEFINE_float("alpha", 0.6, "With --model_dir: length penalty alpha (section 6.1: 0.6).")
+flags.DEFINE_float("alpha", 0.6, "With --model_dir: length penalty alpha (section 6.1: 0.6).",
+                  lower_bound=0.0)
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
 flags.DEFINE_bool("floors", False,
                   "Also score the two floors on the same sentences, copying the source and a "

@@ -36,10 +36,12 @@ flags.DEFINE_integer("version", None, "Version folder number (default: the next 
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
                   "Export format (keras_transformer.export.EXPORTERS).")
 flags.DEFINE_integer("beam_size", 4, "Beam size baked into the export (section 6.1: 4).", lower_bound=1)
-flags.DEFINE_float("alpha", 0.6, "Length penalty alpha baked into the export (section 6.1: 0.6).")
+flags.DEFINE_float("alpha", 0.6, "Length penalty alpha baked into the export (section 6.1: 0.6).",
+                  lower_bound=0.0)
 flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).",
                      lower_bound=1)
-flags.DEFINE_integer("rest_api_port", 8501, "Port used in the printed serving commands.")
+flags.DEFINE_integer("rest_api_port", 8501, "Port used in the printed serving commands.",
+                     lower_bound=1, upper_bound=65535)
 flags.DEFINE_string("quantization", None, "--format=ctranslate2 only: CTranslate2 weight type (int8, "
                     "int8_float32, int16, float16, bfloat16, ...); default float32 as trained.")
 flags.mark_flag_as_required("model_dir")

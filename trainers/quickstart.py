@@ -66,7 +66,8 @@ for _name, _value in QUICKSTART_DEFAULTS.items():
 flags.DEFINE_alias("work_dir", "model_dir")  # the name of earlier versions
 
 flags.DEFINE_integer("beam_size", 4, "Beam size (section 6.1: 4).", lower_bound=1)
-flags.DEFINE_float("alpha", 0.6, "Length penalty alpha (section 6.1: 0.6).")
+flags.DEFINE_float("alpha", 0.6, "Length penalty alpha (section 6.1: 0.6).",
+                  lower_bound=0.0)
 flags.DEFINE_enum("eval_split", "test", ["dev", "test"],
                   "Which held-out split the evaluate stage scores (dev: for choosing settings, "
                   "as benchmarks.recipe does).")
@@ -413,8 +414,9 @@ def main(argv):
     # Every path is checked first: a typo or a read-only disk is found now, not after training.
     checks.output_dir("model_dir", FLAGS.model_dir)
     checks.output_dir("export_dir", FLAGS.export_dir)
-    wmt.training_config(FLAGS.model_dir)  # the trainer's own checks of its flags
     config = data_flags.data_config(xla=FLAGS.xla)
+    wmt.model_config(vocab_size=8000)  # the trainer's own checks of its flags
+    wmt.training_config(FLAGS.model_dir)
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO

@@ -32,14 +32,15 @@ flags.DEFINE_string("checkpoint", None,
                     "(e.g. runs/small/ckpt-1000) or a folder; default the latest checkpoint.")
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
-flags.mark_flags_as_mutual_exclusive(["saved_model", "model_dir"], required=True)
+flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
 flags.DEFINE_string("input", None, "File of sentences, one per line (default: --text, else stdin).")
 flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
 flags.DEFINE_string("output", None, "Output file (default stdout); written whole at the end.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch (sorted by length).", lower_bound=1)
 flags.DEFINE_integer("beam_size", None, "Checkpoint mode only: beam size (default 4, section 6.1).",
                      lower_bound=1)
-flags.DEFINE_float("alpha", None, "Checkpoint mode only: length penalty alpha (default 0.6).")
+flags.DEFINE_float("alpha", None, "Checkpoint mode only: length penalty alpha (default 0.6).",
+                  lower_bound=0.0)
 flags.DEFINE_integer("extra_length", None,
                      "Checkpoint mode only: output up to input length + this (default 50).",
                      lower_bound=1)

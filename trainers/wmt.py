@@ -94,7 +94,7 @@ flags.DEFINE_enum("resume_data", "skip", ["skip", "restart"],
                   "On resume, skip the batches already trained on (exact) or restart the input "
                   "pipeline (fast for long runs).")
 flags.DEFINE_bool("deterministic", False, "Deterministic ops and seeds (slower).")
-flags.DEFINE_integer("seed", 1, "Seed of weight initialisation and dropout.")
+flags.DEFINE_integer("seed", 1, "Seed of weight initialisation and dropout.", lower_bound=0)
 flags.DEFINE_string("export_dir", None, "At the end, export the averaged (else latest) "
                     "checkpoint as SavedModels under EXPORT_DIR/<name of model_dir>/<version> "
                     "(as python -m trainers.export does).")
@@ -177,8 +177,9 @@ def main(argv):
     checks.output_dir("model_dir", model_dir)
     if FLAGS.export_dir is not None:
         checks.output_dir("export_dir", FLAGS.export_dir)
-    config = training_config(model_dir)
     data = data_flags.data_config(xla=FLAGS.xla)
+    model_config(vocab_size=8000)  # the model flags agree (the vocabulary size comes later)
+    config = training_config(model_dir)
 
     # Logical devices and the strategy first: TensorFlow must not be initialised before.
     from keras_transformer.training import make_strategy

@@ -1,34 +1,37 @@
 """Input data (section 5.1): WMT14 through TFDS, the offline corpora (LibreOffice help, Ding), your own files,
 token-budget length buckets. See pipeline.py for the entry points."""
 
-from keras_transformer.data.batching import (
-    BatchStats,
-    BucketSpec,
-    LengthStats,
-    batch_statistics,
-    bucket_batch,
-    bucket_boundaries,
-    distributed_dataset_fn,
-    encode_pairs,
-    length_statistics,
-    make_batches,
-)
-from keras_transformer.data.config import (DATASETS, DING_DATASET, LIBREOFFICE_DATASET,
-                                           DataConfig)
-from keras_transformer.data.pipeline import (
-    SPLITS,
-    bucket_spec,
-    check_not_empty,
-    load_or_learn_tokenizer,
-    load_text_pairs,
-    make_dataset,
-    make_distributed_dataset_fn,
-    prepare_offline,
-    read_pairs,
-    training_texts,
-    training_tokenizer,
-)
-from keras_transformer.data.wmt import DataNotFoundError
+import importlib
+
+# Imported on first use (PEP 562): see keras_transformer/__init__.py.
+_EXPORTS = {
+    "BatchStats": "keras_transformer.data.batching",
+    "BucketSpec": "keras_transformer.data.batching",
+    "LengthStats": "keras_transformer.data.batching",
+    "batch_statistics": "keras_transformer.data.batching",
+    "bucket_batch": "keras_transformer.data.batching",
+    "bucket_boundaries": "keras_transformer.data.batching",
+    "distributed_dataset_fn": "keras_transformer.data.batching",
+    "encode_pairs": "keras_transformer.data.batching",
+    "length_statistics": "keras_transformer.data.batching",
+    "make_batches": "keras_transformer.data.batching",
+    "DATASETS": "keras_transformer.data.config",
+    "DING_DATASET": "keras_transformer.data.config",
+    "LIBREOFFICE_DATASET": "keras_transformer.data.config",
+    "DataConfig": "keras_transformer.data.config",
+    "SPLITS": "keras_transformer.data.pipeline",
+    "bucket_spec": "keras_transformer.data.pipeline",
+    "check_not_empty": "keras_transformer.data.pipeline",
+    "load_or_learn_tokenizer": "keras_transformer.data.pipeline",
+    "load_text_pairs": "keras_transformer.data.pipeline",
+    "make_dataset": "keras_transformer.data.pipeline",
+    "make_distributed_dataset_fn": "keras_transformer.data.pipeline",
+    "prepare_offline": "keras_transformer.data.pipeline",
+    "read_pairs": "keras_transformer.data.pipeline",
+    "training_texts": "keras_transformer.data.pipeline",
+    "training_tokenizer": "keras_transformer.data.pipeline",
+    "DataNotFoundError": "keras_transformer.data.wmt",
+}
 
 __all__ = [
     "BatchStats", "BucketSpec", "DATASETS", "DING_DATASET", "DataConfig", "LIBREOFFICE_DATASET", "DataNotFoundError", "LengthStats",
@@ -38,3 +41,9 @@ __all__ = [
     "load_text_pairs", "make_batches", "make_dataset", "make_distributed_dataset_fn",
     "prepare_offline", "read_pairs", "training_texts", "training_tokenizer",
 ]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'keras_transformer.data' has no attribute {name!r}")

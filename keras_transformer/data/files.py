@@ -11,8 +11,6 @@ import dataclasses
 import os
 from typing import Dict, Iterator, Optional, Tuple
 
-import tensorflow as tf
-
 BOM = "\ufeff"  # some editors start UTF-8 files with it; it is not part of the first sentence
 
 
@@ -45,6 +43,8 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
         raise ValueError(f"{path}: file not found")
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
+            if b"\0" in raw:
+                raise ValueError(f"{path}:{number}: a NUL byte: this is a binary file, not text")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -90,9 +90,11 @@ def _check_pair(source: str, target: str) -> int:
         count += 1
 
 
-def _lines_of(path: str) -> tf.data.Dataset:
+def _lines_of(path: str) -> "tf.data.Dataset":
     """The lines of ``path`` without a leading byte order mark (and, by ``TextLineDataset``, without
     the line breaks; "\\r" of CRLF files goes with the strip of each field)."""
+    import tensorflow as tf
+
     return tf.data.TextLineDataset(path).map(
         lambda line: tf.strings.regex_replace(line, "^" + BOM, ""))
 
@@ -117,8 +119,10 @@ def check(spec: FileSpec) -> int:
     return count
 
 
-def load(spec: FileSpec) -> tf.data.Dataset:
+def load(spec: FileSpec) -> "tf.data.Dataset":
     """A dataset of (source, target) ``tf.string`` scalars, after :func:`check`."""
+    import tensorflow as tf  # not at the top: checking files needs no TensorFlow
+
     check(spec)
     if spec.is_tsv:
         def split(line):
