@@ -42,8 +42,11 @@ class Interrupted(BaseException):
 
 def _handler(signum, frame):
     global _received
-    if _received is None:
-        _received = signum
+    if _received is not None:
+        # Already stopping (a Ctrl-C reaches a whole process group, then its parent forwards
+        # it): a second signal must not interrupt the clean-up of the first.
+        return
+    _received = signum
     if _modes[-1] == _RAISE:
         raise Interrupted(signum)
 

@@ -22,12 +22,12 @@ def _fail(flag, path, problem):
     raise app.UsageError(f"--{flag}={path}: {problem}")
 
 
-def input_file(flag, path):
-    """``path`` exists, is a file and can be read."""
+def input_file(flag, path, remedy=""):
+    """``path`` exists, is a file and can be read (``remedy``: what to do if it does not exist)."""
     if _remote(path):
         return
     if not os.path.exists(path):
-        _fail(flag, path, "no such file")
+        _fail(flag, path, "no such file" + remedy)
     if os.path.isdir(path):
         _fail(flag, path, "is a folder, not a file")
     try:
@@ -37,10 +37,10 @@ def input_file(flag, path):
         _fail(flag, path, f"cannot be read ({error.strerror})")
 
 
-def input_dir(flag, path):
-    """``path`` is an existing folder."""
+def input_dir(flag, path, remedy=""):
+    """``path`` is an existing folder (``remedy``: what to do if it does not exist)."""
     if not os.path.exists(path):
-        _fail(flag, path, "no such folder")
+        _fail(flag, path, "no such folder" + remedy)
     if not os.path.isdir(path):
         _fail(flag, path, "is a file, not a folder")
 

@@ -2,6 +2,7 @@
 
 import contextlib
 import math
+import os
 import sys
 
 
@@ -86,8 +87,12 @@ def run(main):
         except app.UsageError as error:
             error_exit(error, status=2)
         except signals.Interrupted as interrupted:
-            error_exit(f"{interrupted}; what was complete is kept, nothing half-written is left",
-                       status=interrupted.exit_status)
+            print(f"{program_name()}: error: {interrupted}; what was complete is kept, nothing "
+                  "half-written is left", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            # Every file is closed by now; skipping the interpreter's clean-up of TensorFlow
+            # (seconds on a busy machine) is what makes the exit prompt.
+            os._exit(interrupted.exit_status)
         except (ValueError, OSError) as error:
             # The traceback stays available to whoever debugs: --verbosity=1 (absl) shows it.
             logging.debug("the error's traceback:", exc_info=True)

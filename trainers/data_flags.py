@@ -124,10 +124,13 @@ def check_paths(config: DataConfig, specs: dict, writes: bool) -> None:
         for path in (spec.source,) if spec.is_tsv else (spec.source, spec.target):
             checks.input_file(name, path)
         files.check(spec)
+    # The offline corpora come from Debian packages that trainers/setup.sh unpacks.
+    remedy = "; `bash trainers/setup.sh` installs {} (or leave the flag out for its default)"
     if config.ding_file:
-        checks.input_file("ding_file", config.ding_file)
+        checks.input_file("ding_file", config.ding_file, remedy.format("trans-de-en"))
     if config.libreoffice_help_dir:
-        checks.input_dir("libreoffice_help_dir", config.libreoffice_help_dir)
+        checks.input_dir("libreoffice_help_dir", config.libreoffice_help_dir, remedy.format(
+            "libreoffice-help-en-us and libreoffice-help-de"))
     if config.vocab_path and os.path.exists(config.vocab_path):
         checks.input_file("vocab_path", config.vocab_path)
     if writes:

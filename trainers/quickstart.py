@@ -32,7 +32,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -127,17 +126,6 @@ def write_file(stage, path, text):
         fail(stage, str(error))
 
 
-def _die_with_parent():
-    """In the trainer's process: SIGTERM it if the quickstart dies (Linux), so a killed quickstart
-    leaves no training behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 # --- 1. data -------------------------------------------------------------------------------------
 
 def stage_data(config):
@@ -206,8 +194,7 @@ def stage_train():
     try:
         with open(log_path, "a", encoding="utf-8") as log, subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment,
-                text=True, errors="replace", bufsize=1, start_new_session=True,
-                preexec_fn=_die_with_parent) as process:
+                text=True, errors="replace", bufsize=1) as process:
             try:
                 for line in process.stdout:
                     log.write(line)
@@ -217,8 +204,8 @@ def stage_train():
                         tail = (tail + [line])[-5:]
                 code = process.wait()
             except signals.Interrupted as interrupted:
-                # The trainer runs in its own session (a Ctrl-C reaches it only from here, once):
-                # it finishes its step, saves a checkpoint and exits.
+                # Passed on (a Ctrl-C in a terminal has reached the trainer already; it heeds
+                # the first): it finishes its step, saves a checkpoint and exits.
                 process.send_signal(interrupted.signum)
                 for line in process.stdout:
                     log.write(line)

@@ -9,7 +9,10 @@ empty line, TSV line without exactly one tab, different line counts, empty corpu
 
 import dataclasses
 import os
-from typing import Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 BOM = "\ufeff"  # some editors start UTF-8 files with it; it is not part of the first sentence
 

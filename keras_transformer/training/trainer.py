@@ -240,6 +240,8 @@ class Trainer:
         self._write_run_config()
         if self.chief:  # what a killed run left half-written
             writing.remove_leftovers(config.model_dir, checkpoints=True)
+            for folder in ("averaged", "best"):
+                writing.remove_leftovers(os.path.join(config.model_dir, folder))
         restored = self.restore()
         start_step = self.step
         skip_steps = start_step if config.resume_data == "skip" else 0
