@@ -29,7 +29,7 @@ to the search it had before (fixed buffers of padded source width + extra_length
 values copied and reordered per beam, no sentence leaving the batch), in one run.
 
 The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
-weights with ``keras_transformer.export_ctranslate2`` and decodes the same test sentences, batched
+weights with ``keras_transformer.export.ctranslate2`` and decodes the same test sentences, batched
 the same way, with our search and with CTranslate2 float32 on the same CPU, each with its fastest
 thread setting here (TensorFlow with one intra-op thread, --intra_op_threads, as every part of this
 benchmark; CTranslate2 with one intra_threads per core, --threads), greedy and beam 4 with length penalty off (alpha 0 / length_penalty=0: the two length penalties differ) and one
@@ -97,7 +97,7 @@ def load_model_and_sentences():
     import keras
 
     import keras_transformer as kt
-    from keras_transformer import data, inference
+    from keras_transformer import data
     from keras_transformer.tokenizer import SubwordTokenizer
 
     # Seed first: tf.random.set_seed (inside) after a SubwordTokenizer exists deletes its
@@ -109,11 +109,10 @@ def load_model_and_sentences():
         config = kt.TransformerConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=32)
         return kt.Transformer(config), tokenizer, SMOKE_TEXT, "random tiny model (smoke run)"
     if FLAGS.model_dir:
-        translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint)
-        from keras_transformer.training.trainer import load_run_config
+        from keras_transformer import runs
 
-        run = load_run_config(FLAGS.model_dir)
-        data_config = data.DataConfig(**run["data"]) if isinstance(run.get("data"), dict) else None
+        translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint)
+        data_config = runs.data_config(runs.read_config(FLAGS.model_dir))
         model, tokenizer = translator.model, translator.tokenizer
         described = f"trained model {FLAGS.model_dir} ({FLAGS.checkpoint or 'latest checkpoint'})"
     else:
@@ -325,7 +324,7 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs
     except ImportError:
         print("  ctranslate2 is not installed (pip install ctranslate2): comparison skipped.")
         return []
-    from keras_transformer.export_ctranslate2 import tokenizer_pieces, write_ctranslate2
+    from keras_transformer.export.ctranslate2 import tokenizer_pieces, write_ctranslate2
     from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
 
     pieces = tokenizer_pieces(tokenizer)

@@ -43,7 +43,7 @@ def run_curves(model_dir):
     floors on its dev-BLEU sentences."""
     from keras_transformer import data, evaluation
     from keras_transformer.data import DataConfig
-    from keras_transformer.training import load_run_config
+    from keras_transformer import runs
 
     train, dev = scalars(os.path.join(model_dir, "train")), scalars(os.path.join(model_dir, "dev"))
     if "loss" not in train:
@@ -53,7 +53,7 @@ def run_curves(model_dir):
     def minutes(points):
         return [((t - start) / 60, step, v) for t, step, v in points]
 
-    run = load_run_config(model_dir)
+    run = runs.read_config(model_dir)
     config = DataConfig(**{k: v for k, v in run["data"].items()
                            if k in DataConfig.__dataclass_fields__})
     sentences = run.get("dev_bleu_sentences", 200)

@@ -17,19 +17,12 @@ never saw longer sources in training, so translating the rest would be a guess.
 
 import dataclasses
 import os
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
-
-# ``load_translator(model_dir, checkpoint=AVERAGED)``: the average of the last checkpoints (section 6.1).
-AVERAGED = "averaged"
-# A copy of the vocabulary inside the run directory, looked for first (a run that carries its own
-# vocabulary cannot lose it when data/ is cleaned or moved).
-RUN_VOCABULARY_FILE = "vocab.model"
-
 
 @dataclasses.dataclass(frozen=True)
 class DecodingConfig:
@@ -152,90 +145,6 @@ def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch
         if progress is not None:
             progress(len(indices))
     return results
-
-
-def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
-    """The checkpoint prefix to restore: ``None``/``"latest"``: the latest of ``model_dir``;
-    ``"averaged"``: ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); a directory: its
-    latest checkpoint; otherwise a checkpoint prefix (``.../ckpt-1000``, without ``.index``)."""
-    from keras_transformer.training.trainer import AVERAGED_PREFIX
-
-    if checkpoint in (None, "", "latest"):
-        path = tf.train.latest_checkpoint(model_dir)
-        if path is None:
-            raise ValueError(f"no checkpoint in {model_dir} (no 'checkpoint' index file naming one): "
-                             "train first, or pass checkpoint=PATH.")
-        return path
-    if checkpoint == AVERAGED:
-        path = os.path.join(model_dir, AVERAGED_PREFIX)
-        if not tf.io.gfile.exists(path + ".index"):
-            raise ValueError(f"no averaged checkpoint in {model_dir} ({path}.index not found): train "
-                             "with average_last > 0 or run trainers.average_checkpoints.")
-        return path
-    if tf.io.gfile.isdir(checkpoint):
-        path = tf.train.latest_checkpoint(checkpoint)
-        if path is None:
-            raise ValueError(f"checkpoint={checkpoint!r} is a directory without a checkpoint in it.")
-        return path
-    if checkpoint.endswith(".index"):
-        checkpoint = checkpoint[:-len(".index")]
-    if not tf.io.gfile.exists(checkpoint + ".index"):
-        raise ValueError(f"checkpoint {checkpoint!r} not found (no {checkpoint}.index).")
-    return checkpoint
-
-
-def _vocabulary_path(model_dir: str, run: dict, vocab_path: Optional[str]) -> str:
-    """``vocab_path`` if given, else ``model_dir/vocab.model``, else the run's recorded
-    ``vocab_path``, else its data config's default vocabulary path; the first that exists."""
-    if vocab_path:
-        if not os.path.isfile(vocab_path):
-            raise ValueError(f"vocabulary file {vocab_path} not found.")
-        return vocab_path
-    candidates = [os.path.join(model_dir, RUN_VOCABULARY_FILE)]
-    if run.get("vocab_path"):
-        candidates.append(run["vocab_path"])
-    if isinstance(run.get("data"), dict):
-        from keras_transformer.data.config import DataConfig
-
-        try:
-            candidates.append(DataConfig(**run["data"]).effective_vocab_path)
-        except (TypeError, ValueError):  # a data config of another version: skip this guess
-            pass
-    for path in candidates:
-        if os.path.isfile(path):
-            return path
-    raise ValueError(f"the vocabulary of the run in {model_dir} was not found (tried "
-                     f"{', '.join(dict.fromkeys(candidates))}); pass vocab_path (--vocab_path).")
-
-
-def load_translator(model_dir: str, checkpoint: Optional[str] = None,
-                    decoding_config: DecodingConfig = DecodingConfig(),
-                    vocab_path: Optional[str] = None) -> Translator:
-    """A ``Translator`` for the training run in ``model_dir``: the model of its ``config.json``
-    with the weights of ``checkpoint`` (see ``resolve_checkpoint``; default the latest) and the
-    run's subword vocabulary (see ``_vocabulary_path``). Inference runs in float32 whatever the
-    training precision (the variables are float32 either way). Every missing file is a ValueError
-    naming it."""
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.tokenizer import SubwordTokenizer
-    from keras_transformer.training.checkpoints import restore_model
-    from keras_transformer.training.trainer import build_model, load_run_config
-
-    if not os.path.isdir(model_dir):
-        raise ValueError(f"model_dir {model_dir} does not exist.")
-    run = load_run_config(model_dir)
-    if not isinstance(run.get("model"), dict):
-        raise ValueError(f"{os.path.join(model_dir, 'config.json')} has no 'model' section.")
-    config = TransformerConfig.from_dict(run["model"])
-    path = resolve_checkpoint(model_dir, checkpoint)
-    tokenizer = SubwordTokenizer.load(_vocabulary_path(model_dir, run, vocab_path))
-    model = build_model(config)
-    try:
-        restore_model(model, path)
-    except (AssertionError, tf.errors.OpError) as error:
-        raise ValueError(f"checkpoint {path} does not fit the model of {model_dir}/config.json: "
-                         f"{str(error).splitlines()[0][:300]}") from None
-    return Translator(model, tokenizer, decoding_config)
 
 
 def load_exported_translate_fn(path: str):

@@ -37,7 +37,7 @@ def world(tmp_path_factory):
     """Data files good and bad, a run folder (config.json, a checkpoint, its vocabulary), an export
     of it, and paths that cannot be written even by root."""
     import keras
-    import tensorflow as tf  # noqa: F401
+
 
     import keras_transformer as kt
     from keras_transformer import export

@@ -16,7 +16,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer import decoding
 from keras_transformer.export import EXPORTERS
-from keras_transformer.export_ctranslate2 import ctranslate2_spec, tokenizer_pieces, write_ctranslate2
+from keras_transformer.export.ctranslate2 import ctranslate2_spec, tokenizer_pieces, write_ctranslate2
 from keras_transformer.inference import DecodingConfig, Translator
 from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, SubwordTokenizer
 from keras_transformer.training.loss import label_smoothed_cross_entropy

@@ -132,7 +132,7 @@ def assert_clean_error(result, message):
 
 
 def test_load_translator_finds_the_vocabulary_and_checkpoint_or_names_what_is_missing(setup, tmp_path):
-    from keras_transformer.inference import load_translator
+    from keras_transformer.runs import load_translator
 
     moved = tmp_path / "moved_run"
     shutil.copytree(setup["model_dir"], moved)

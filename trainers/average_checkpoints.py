@@ -25,11 +25,10 @@ flags.register_validator("last", lambda v: v > 0, "--last must be positive.")
 
 def average(model_dir: str, last: int = 5, checkpoints=None, output=None) -> str:
     """Averages ``checkpoints`` (default: the ``last`` newest of ``model_dir``) into ``output``."""
-    import keras_transformer as kt
-    from keras_transformer.training import (build_model, checkpoint_paths, load_run_config,
-                                            write_averaged_checkpoint)
+    from keras_transformer import runs
+    from keras_transformer.training import checkpoint_paths, write_averaged_checkpoint
 
-    run = load_run_config(model_dir)
+    run = runs.read_config(model_dir)
     paths = ([p.removesuffix(".index") for p in checkpoints] if checkpoints
              else checkpoint_paths(model_dir)[-last:])
     if not paths:
@@ -37,8 +36,8 @@ def average(model_dir: str, last: int = 5, checkpoints=None, output=None) -> str
     if not checkpoints and len(paths) < last:
         raise ValueError(f"--last={last} but {model_dir!r} holds only {len(paths)} checkpoints "
                          f"({', '.join(os.path.basename(p) for p in paths)}).")
-    model = build_model(kt.TransformerConfig.from_dict(run["model"]))
-    output = output or os.path.join(model_dir, "averaged", "ckpt")
+    model = runs.build_model(runs.model_config(run))
+    output = output or os.path.join(model_dir, runs.AVERAGED_PREFIX)
     return write_averaged_checkpoint(model, paths, output)
 
 
@@ -48,7 +47,9 @@ def check_flags():
         if not os.path.isfile(prefix.removesuffix(".index") + ".index"):
             raise app.UsageError(f"--checkpoints: {prefix} is not a checkpoint (no "
                                  f"{prefix.removesuffix('.index')}.index)")
-    output = FLAGS.output or os.path.join(FLAGS.model_dir, "averaged", "ckpt")
+    from keras_transformer import runs
+
+    output = FLAGS.output or os.path.join(FLAGS.model_dir, runs.AVERAGED_PREFIX)
     checks.output_file("output", output)
 
 

@@ -86,7 +86,7 @@ def run_dir(flag, path, checkpoint=None):
     import json
 
     input_dir(flag, path)
-    from keras_transformer.training.trainer import CONFIG_FILE
+    from keras_transformer.runs import CONFIG_FILE, resolve_checkpoint
 
     config = os.path.join(path, CONFIG_FILE)
     if not os.path.isfile(config):
@@ -98,8 +98,6 @@ def run_dir(flag, path, checkpoint=None):
             raise ValueError("it holds no model settings")
     except (OSError, ValueError) as error:
         _fail(flag, path, f"its {CONFIG_FILE} cannot be read: {str(error).splitlines()[0]}")
-    from keras_transformer.inference import resolve_checkpoint
-
     try:
         resolve_checkpoint(path, checkpoint)
     except ValueError as error:

@@ -64,19 +64,11 @@ DATA_FLAGS = ("dataset", "data_dir", "ding_file", "libreoffice_help_dir", "train
 def test_data_config():
     """The data flags, or (with --model_dir and none of them given) the run's own corpus."""
     if FLAGS.model_dir and not any(FLAGS[name].present for name in DATA_FLAGS):
-        from keras_transformer.data import DataConfig
-        from keras_transformer.training import load_run_config
+        from keras_transformer import runs
 
-        try:
-            recorded = load_run_config(FLAGS.model_dir).get("data")
-        except (OSError, ValueError):
-            recorded = None
-        if isinstance(recorded, dict):
-            fields = {name: recorded[name] for name in DATA_FLAGS if name in recorded}
-            try:
-                return DataConfig(**fields)
-            except (TypeError, ValueError):
-                pass  # a run of another version: fall back to the flags
+        recorded = runs.data_config(runs.read_config(FLAGS.model_dir))
+        if recorded is not None:  # else a run of another version: the flags decide
+            return recorded
     return data_flags.data_config(writes=False)
 
 
@@ -97,7 +89,9 @@ def load_translate_fn():
 
     if FLAGS.saved_model:
         return inference.load_exported_translate_fn(FLAGS.saved_model)
-    translator = inference.load_translator(
+    from keras_transformer import runs
+
+    translator = runs.load_translator(
         FLAGS.model_dir, FLAGS.checkpoint,
         inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha), FLAGS.vocab_path)
     return translator.text_function(), FLAGS.model_dir

@@ -111,11 +111,11 @@ def main(argv):
     name = FLAGS.name or os.path.basename(os.path.normpath(os.path.abspath(FLAGS.model_dir)))
     check_flags(name)
 
-    from keras_transformer import export, inference
+    from keras_transformer import export, inference, runs
 
     config = inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
                                       extra_length=FLAGS.extra_length)
-    translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
+    translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
                                            FLAGS.vocab_path)
     options = {"quantization": FLAGS.quantization} if FLAGS.format == "ctranslate2" else {}
     written = export.EXPORTERS[FLAGS.format](translator, FLAGS.export_dir, name,

@@ -183,7 +183,9 @@ def stage_train():
     command = training_command()
     say("$ python " + " ".join(command[1:]))
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-    summary_path = os.path.join(FLAGS.model_dir, "summary.json")
+    from keras_transformer import runs
+
+    summary_path = os.path.join(FLAGS.model_dir, runs.SUMMARY_FILE)
     if os.path.exists(summary_path):
         os.remove(summary_path)  # so a stale summary is never reported as this run's
     tail = []
@@ -228,7 +230,7 @@ def stage_train():
 
 def stage_average(summary):
     header("average", f"the last {FLAGS.average_last} checkpoints (section 6.1)")
-    from keras_transformer import inference
+    from keras_transformer import runs
     from keras_transformer.training import checkpoint_paths
 
     if not FLAGS.average_last:
@@ -246,13 +248,13 @@ def stage_average(summary):
     names = ", ".join(os.path.basename(p) for p in paths)
     say(f"averaged {len(paths)} checkpoint(s) ({names}) into "
         f"{os.path.join(FLAGS.model_dir, 'averaged', 'ckpt')}")
-    return inference.AVERAGED, paths
+    return runs.AVERAGED, paths
 
 
 # --- 4. evaluate ----------------------------------------------------------------------------------
 
 def stage_evaluate(config, checkpoint):
-    from keras_transformer import data, evaluation, inference
+    from keras_transformer import data, evaluation, inference, runs
 
     split = FLAGS.eval_split
     try:
@@ -264,7 +266,7 @@ def stage_evaluate(config, checkpoint):
     import tensorflow as tf
 
     try:
-        translator = inference.load_translator(
+        translator = runs.load_translator(
             FLAGS.model_dir, checkpoint,
             inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha))
     except ValueError as error:

@@ -98,7 +98,9 @@ def load_translate_fn():
         beam_size=FLAGS.beam_size or defaults.beam_size,
         alpha=defaults.alpha if FLAGS.alpha is None else FLAGS.alpha,
         extra_length=FLAGS.extra_length or defaults.extra_length)
-    translator = inference.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
+    from keras_transformer import runs
+
+    translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
                                            FLAGS.vocab_path)
     return translator.text_function(), FLAGS.model_dir
 

@@ -164,9 +164,9 @@ def model_config(vocab_size: int):
 def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
     """EXPORT HOOK (the export issue's code): the run's averaged (else latest) checkpoint as
     SavedModels for TF Serving, exactly as ``python -m trainers.export`` writes them."""
-    from keras_transformer import export, inference
+    from keras_transformer import export, runs
 
-    translator = inference.load_translator(model_dir, inference.AVERAGED if averaged else None)
+    translator = runs.load_translator(model_dir, runs.AVERAGED if averaged else None)
     name = os.path.basename(os.path.normpath(os.path.abspath(model_dir)))
     return list(export.export_for_serving(translator, export_dir, name))
 
@@ -193,7 +193,7 @@ def main(argv):
     import tensorflow as tf
 
     from keras_transformer import data as kt_data
-    from keras_transformer import signals, writing
+    from keras_transformer import runs, signals, writing
     from keras_transformer.training import (NonFiniteError, ProgressLine, TensorBoard, Trainer,
                                             is_chief)
 
@@ -223,9 +223,7 @@ def main(argv):
     trainer = Trainer(cfg, config, strategy, run_info=run_info)
     chief = is_chief(strategy)
     if chief:  # the vocabulary travels with the checkpoints (what translate/export look for)
-        from keras_transformer.inference import RUN_VOCABULARY_FILE
-
-        writing.write_file(os.path.join(model_dir, RUN_VOCABULARY_FILE), tokenizer.model_proto)
+        writing.write_file(os.path.join(model_dir, runs.VOCABULARY_FILE), tokenizer.model_proto)
     callbacks = []
     if dev_fn is not None and FLAGS.dev_bleu_sentences:
         from keras_transformer.training.dev_bleu import DevBleu
@@ -248,7 +246,7 @@ def main(argv):
     print(f"wmt: {summary['stop_reason']} after {summary['steps']} steps; "
           f"{summary['tokens_per_second']:,.0f} tokens/s; final train loss "
           f"{summary['final_train_loss']}; dev loss {summary['final_dev_loss']}; "
-          f"summary in {os.path.join(model_dir, 'summary.json')}", flush=True)
+          f"summary in {os.path.join(model_dir, runs.SUMMARY_FILE)}", flush=True)
     signals.check()  # stopped by a signal: no new stage
     if FLAGS.export_dir and chief:
         try:

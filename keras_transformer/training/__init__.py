@@ -11,14 +11,14 @@ from keras_transformer.training.step import TrainStep
 from keras_transformer.training.strategy import (PRECISIONS, STRATEGIES, configure_cpu_devices,
                                                  is_chief, make_strategy, resolve_precision)
 from keras_transformer.training.trainer import (PRECISION_POLICIES, NonFiniteError, Trainer,
-                                                TrainingConfig, build_model, load_run_config)
+                                                TrainingConfig, build_model)
 
 __all__ = [
     "Callback", "Checkpointer", "LabelSmoothedCrossEntropy", "NonFiniteError",
     "PRECISION_POLICIES", "PRECISIONS", "ProgressLine", "STRATEGIES", "TensorBoard", "TrainStep", "Trainer",
     "TrainingConfig", "TransformerSchedule", "average_checkpoints", "build_model",
     "checkpoint_paths", "configure_cpu_devices", "is_chief", "label_smoothed_cross_entropy",
-    "load_run_config", "make_strategy", "model_checkpoint", "paper_optimizer",
+    "make_strategy", "model_checkpoint", "paper_optimizer",
     "resolve_precision", "restore_model",
     "token_accuracy_counts", "write_averaged_checkpoint",
 ]

@@ -16,25 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import signals, writing
-
-
-def model_checkpoint(model, **others) -> tf.train.Checkpoint:
-    """A ``tf.train.Checkpoint`` holding every variable of ``model`` (plus ``others``).
-
-    Keras 3 does not expose layers kept in Python lists (the encoder's N layers) to
-    ``tf.train.Checkpoint``'s object graph, so ``Checkpoint(model=model)`` alone would save the
-    embeddings only. The variables are therefore also tracked as one list, in the model's
-    deterministic variable order (same code and config, same order).
-    """
-    return tf.train.Checkpoint(model=model, model_variables=list(model.variables), **others)
-
-
-def restore_model(model, path: str) -> None:
-    """Loads the model variables of checkpoint ``path`` (a training or averaged checkpoint)
-    into the built ``model``; optimizer state in the file is ignored."""
-    if not tf.io.gfile.exists(path + ".index"):
-        raise ValueError(f"Checkpoint {path!r} does not exist (no {path}.index).")
-    model_checkpoint(model).read(path).expect_partial().assert_existing_objects_matched()
+from keras_transformer.runs import model_checkpoint, restore_model
 
 
 class Checkpointer:

@@ -16,10 +16,9 @@ from absl import logging
 from keras_transformer import writing
 from keras_transformer.evaluation import sacrebleu_score
 from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
+from keras_transformer.runs import BEST_PREFIX, BEST_RECORD
 from keras_transformer.training.callbacks import Callback
 from keras_transformer.training.checkpoints import write_model_checkpoint
-
-BEST_PREFIX = os.path.join("best", "ckpt")
 
 
 class DevBleu(Callback):
@@ -60,5 +59,5 @@ class DevBleu(Callback):
             self.best = bleu.score
             directory = self.trainer.config.model_dir
             write_model_checkpoint(self.trainer.model, os.path.join(directory, BEST_PREFIX))
-            writing.write_file(os.path.join(directory, "best", "best.json"), json.dumps(
+            writing.write_file(os.path.join(directory, BEST_RECORD), json.dumps(
                 {"step": step, "bleu": bleu.score, "signature": bleu.signature}))

@@ -12,7 +12,6 @@ pipeline's contract); the trainer repeats the training set forever.
 """
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -20,22 +19,17 @@ from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from keras_transformer import signals, writing
+from keras_transformer import runs, signals, writing
 from keras_transformer.config import TransformerConfig
+from keras_transformer.runs import PRECISION_POLICIES, build_model
 from keras_transformer.training.callbacks import Callback
 from keras_transformer.training.checkpoints import (Checkpointer, checkpoint_paths,
-                                                    model_checkpoint, write_averaged_checkpoint)
+                                                    write_averaged_checkpoint)
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.step import TrainStep
 from keras_transformer.training.strategy import is_chief
 
-# --mixed_precision value -> Keras dtype policy (variables stay float32 in both mixed modes).
-PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16",
-                      "float16": "mixed_float16"}
 RESUME_DATA = ("skip", "restart")
-CONFIG_FILE = "config.json"
-SUMMARY_FILE = "summary.json"
-AVERAGED_PREFIX = os.path.join("averaged", "ckpt")
 
 
 class NonFiniteError(RuntimeError):
@@ -103,42 +97,6 @@ class TrainingConfig:
                              "deleted before they could be averaged).")
 
 
-def _finite_json(value):
-    """``value`` with NaN and infinities as None: JSON has no NaN, and a reader must not choke."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite_json(v) for v in value]
-    return value
-
-
-def write_json(path: str, value: dict) -> None:
-    writing.write_file(path, json.dumps(_finite_json(value), indent=2, sort_keys=True,
-                                        allow_nan=False) + "\n")
-
-
-def load_run_config(model_dir: str) -> dict:
-    """The ``config.json`` a run wrote: ``{"model": {TransformerConfig fields}, "training":
-    {TrainingConfig fields}, ...}`` (trainers.wmt adds "data", "vocab_path", "preset")."""
-    path = os.path.join(model_dir, CONFIG_FILE)
-    if not tf.io.gfile.exists(path):
-        raise ValueError(f"{path} not found: {model_dir!r} is not the model_dir of a training run.")
-    with tf.io.gfile.GFile(path) as stream:
-        return json.load(stream)
-
-
-def build_model(model_config: TransformerConfig, mixed_precision: str = "float32"):
-    """A built ``Transformer`` (variables created) with the dtype policy of ``mixed_precision``."""
-    from keras_transformer.model import Transformer
-
-    model = Transformer(model_config, dtype=PRECISION_POLICIES[mixed_precision])
-    dummy = tf.ones([1, 2], tf.int32)
-    model((dummy, dummy), training=False)
-    return model
-
-
 class Trainer:
     """The model, its optimizer, one ``TrainStep`` and the checkpoints of one ``model_dir``.
 
@@ -172,7 +130,7 @@ class Trainer:
         # Our own counter: with float16 loss scaling, skipped updates do not advance the
         # optimizer's iterations, but they did consume data.
         self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.checkpoint = model_checkpoint(self.model, optimizer=self.optimizer,
+        self.checkpoint = runs.model_checkpoint(self.model, optimizer=self.optimizer,
                                            step=self.step_counter)
         resolver = getattr(self.strategy, "cluster_resolver", None)
         self.checkpointer = Checkpointer(
@@ -194,9 +152,9 @@ class Trainer:
         return self.checkpointer.restore_latest()
 
     def _write_run_config(self):
-        path = os.path.join(self.config.model_dir, CONFIG_FILE)
+        path = os.path.join(self.config.model_dir, runs.CONFIG_FILE)
         if tf.io.gfile.exists(path) and tf.train.latest_checkpoint(self.config.model_dir):
-            previous = load_run_config(self.config.model_dir).get("model")
+            previous = runs.read_config(self.config.model_dir).get("model")
             # Through from_dict, so fields added since that run was written take their defaults.
             previous = TransformerConfig.from_dict(previous).to_dict() if previous else {}
             current = self.model_config.to_dict()
@@ -208,7 +166,7 @@ class Trainer:
         if not self.chief:
             return
         tf.io.gfile.makedirs(self.config.model_dir)
-        write_json(os.path.join(self.config.model_dir, CONFIG_FILE),
+        runs.write_json(os.path.join(self.config.model_dir, runs.CONFIG_FILE),
                            {"model": self.model_config.to_dict(),
                             "training": dataclasses.asdict(self.config), **self.run_info})
 
@@ -240,7 +198,7 @@ class Trainer:
         self._write_run_config()
         if self.chief:  # what a killed run left half-written
             writing.remove_leftovers(config.model_dir, checkpoints=True)
-            for folder in ("averaged", "best"):
+            for folder in (runs.AVERAGED, runs.BEST):
                 writing.remove_leftovers(os.path.join(config.model_dir, folder))
         restored = self.restore()
         start_step = self.step
@@ -379,8 +337,8 @@ class Trainer:
             "num_replicas": self.strategy.num_replicas_in_sync,
         }
         if self.chief:
-            write_json(os.path.join(self.config.model_dir, SUMMARY_FILE), summary)
-        return _finite_json(summary)
+            return runs.write_json(os.path.join(self.config.model_dir, runs.SUMMARY_FILE), summary)
+        return summary
 
     def _remaining(self, step, start_step, elapsed, budget):
         candidates = []
@@ -402,7 +360,7 @@ class Trainer:
         (section 6.1). The in-memory model then holds the averaged weights."""
         paths = checkpoint_paths(self.config.model_dir)[-count:]
         return write_averaged_checkpoint(
-            self.model, paths, os.path.join(self.config.model_dir, AVERAGED_PREFIX))
+            self.model, paths, os.path.join(self.config.model_dir, runs.AVERAGED_PREFIX))
 
 
 class _Interval:

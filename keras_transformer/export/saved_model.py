@@ -22,80 +22,17 @@ reloads with ``tf.saved_model.load`` but not in the session-based loader TF Serv
 variable ..."); the archive tracks the raw variables.
 """
 
-import contextlib
-import json
 import os
-import re
 
 import keras
 import tensorflow as tf
 
-from keras_transformer import writing
-from keras_transformer.export_ctranslate2 import export_ctranslate2
+from keras_transformer.export.common import (check_finite, decoding_settings, next_version,
+                                             staged_export, write_run_files)
 from keras_transformer.inference import TEXT_INPUT_SPEC
 
 TEXT_SIGNATURE = "serving_default"
 IDS_SIGNATURE = "translate_ids"
-VOCABULARY_ASSET = "vocab.model"
-CONFIG_ASSET = "config.json"
-
-
-@contextlib.contextmanager
-def staged_export(targets, what="the export"):
-    """Writes export folders so that they appear complete, together, or not at all.
-
-    Yields one ``(output, sources)`` per target: ``output`` a not-yet-existing folder to write the
-    export into, ``sources`` an existing scratch folder for the files it copies in (vocabulary,
-    configuration). On success the outputs are renamed to ``targets`` together; on any failure or
-    signal nothing appears and the scratch is deleted (also what a killed export left, at the next
-    export into the same folders). Errors are ValueErrors naming the folder."""
-    for target in targets:
-        writing.remove_leftovers(os.path.dirname(os.path.abspath(target)))
-    try:
-        with writing.staged_folders(targets) as outputs:
-            pairs = []
-            for output in outputs:
-                sources = os.path.join(os.path.dirname(output), "sources")
-                os.makedirs(sources)
-                pairs.append((output, sources))
-            yield pairs
-    except writing.WriteError as error:
-        raise ValueError(f"writing {what} failed: {error}") from None
-
-
-def check_finite(model):
-    """Refuses (ValueError) to export weights holding a NaN or an infinity."""
-    from keras_transformer.training.checkpoints import non_finite_variables
-
-    bad = non_finite_variables(model.variables)
-    if bad:
-        raise ValueError(f"the weights hold NaN or infinite values ({len(bad)} of "
-                         f"{len(model.variables)} variables, e.g. {bad[0]}); export a finite "
-                         "checkpoint instead.")
-
-
-def write_run_files(sources, tokenizer, settings, config_name=CONFIG_ASSET):
-    """The vocabulary and the configuration that travel with an export; returns their paths."""
-    vocabulary_path = os.path.join(sources, VOCABULARY_ASSET)
-    with open(vocabulary_path, "wb") as f:
-        f.write(tokenizer.model_proto)
-    config_path = os.path.join(sources, config_name)
-    with open(config_path, "w") as f:
-        json.dump(settings, f, indent=2)
-    return vocabulary_path, config_path
-
-
-def decoding_settings(translator):
-    return {"beam_size": translator.decoding.beam_size, "alpha": translator.decoding.alpha,
-            "extra_length": translator.decoding.extra_length}
-
-
-def next_version(model_base_path):
-    """1 + the largest numeric version folder under ``model_base_path`` (1 if there is none)."""
-    if not os.path.isdir(model_base_path):
-        return 1
-    versions = [int(name) for name in os.listdir(model_base_path) if re.fullmatch(r"\d+", name)]
-    return max(versions, default=0) + 1
 
 
 def export_for_serving(translator, export_dir, name, version=None):
@@ -140,8 +77,3 @@ def _write_saved_model(translator, output, sources, text_signature):
     archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
                          input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     archive.write_out(output, verbose=False)
-
-
-# The formats ``python -m trainers.export --format=...`` knows (OpenNMT-tf keeps a registry likewise).
-# "ctranslate2" (optional extra): a CTranslate2 model folder <name>_ctranslate2/<version>.
-EXPORTERS = {"saved_model": export_for_serving, "ctranslate2": export_ctranslate2}

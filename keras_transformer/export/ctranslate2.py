@@ -28,6 +28,8 @@ import os
 
 import numpy as np
 
+from keras_transformer.export.common import (decoding_settings, next_version, staged_export,
+                                             write_run_files)
 from keras_transformer.layers.embedding import positional_encoding
 
 SETTINGS_FILE = "keras_transformer.json"
@@ -148,8 +150,6 @@ def write_ctranslate2(model, tokenizer, output_dir, extra_length=50, quantizatio
     """Writes ``model`` + ``tokenizer`` as a CTranslate2 model folder ``output_dir`` (which must not
     exist; it appears complete or not at all). ``quantization``: None (float32 as trained) or one of
     CTranslate2's weight types ("int8", "float16", ...). Returns ``output_dir``."""
-    from keras_transformer.export import staged_export, write_run_files
-
     max_positions = max(model.config.max_length, 1024) + extra_length + 1
     spec = ctranslate2_spec(model, tokenizer_pieces(tokenizer), max_positions)
     with staged_export([output_dir], "the CTranslate2 export") as ((output, sources),):
@@ -169,8 +169,6 @@ def write_ctranslate2(model, tokenizer, output_dir, extra_length=50, quantizatio
 def export_ctranslate2(translator, export_dir, name, version=None, quantization=None):
     """``EXPORTERS["ctranslate2"]``: writes ``export_dir/<name>_ctranslate2/<version>`` (default the
     next free version) from an ``inference.Translator`` and returns the path."""
-    from keras_transformer.export import decoding_settings, next_version
-
     base = os.path.join(export_dir, f"{name}_ctranslate2")
     version = next_version(base) if version is None else int(version)
     return write_ctranslate2(translator.model, translator.tokenizer, os.path.join(base, str(version)),

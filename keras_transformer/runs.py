@@ -1,0 +1,205 @@
+"""A training run's folder (``model_dir``) as one concept: what it holds and how to read it.
+
+    model_dir/
+      config.json          {"model": TransformerConfig, "training": TrainingConfig, "data": DataConfig,
+                            "vocab_path": ..., ...}: written when training starts
+      summary.json         what the last training run did (steps, stop reason, losses, checkpoints)
+      vocab.model          the run's own copy of its subword vocabulary
+      checkpoint, ckpt-N.* tf.train.CheckpointManager's checkpoints (model, optimizer, step)
+      averaged/ckpt.*      the average of the last checkpoints (section 6.1), model weights only
+      best/ckpt.*, best/best.json   the weights of the best dev BLEU (--keep_best_bleu)
+
+Everything that reads or writes these names asks this module: the trainer, the averaging, the
+evaluation, the translator, the exports and the programs.
+"""
+
+import json
+import math
+import os
+from typing import Optional
+
+from keras_transformer import writing
+
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "summary.json"
+# A copy of the vocabulary inside the run folder, looked for first (a run that carries its own
+# vocabulary cannot lose it when data/ is cleaned or moved).
+VOCABULARY_FILE = "vocab.model"
+# Checkpoint names besides a path: the average of the last checkpoints (section 6.1) and the
+# best-dev-BLEU weights.
+LATEST, AVERAGED, BEST = "latest", "averaged", "best"
+AVERAGED_PREFIX = os.path.join(AVERAGED, "ckpt")
+BEST_PREFIX = os.path.join(BEST, "ckpt")
+BEST_RECORD = os.path.join(BEST, "best.json")
+# --mixed_precision value -> Keras dtype policy (variables stay float32 in both mixed modes).
+PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16",
+                      "float16": "mixed_float16"}
+
+
+def _finite_json(value):
+    """``value`` with NaN and infinities as None: JSON has no NaN, and a reader must not choke."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_json(v) for v in value]
+    return value
+
+
+def write_json(path: str, value: dict) -> dict:
+    """Writes ``value`` as strict JSON (NaN/Inf as null), atomically; returns what was written."""
+    value = _finite_json(value)
+    writing.write_file(path, json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    return value
+
+
+def read_config(model_dir: str) -> dict:
+    """The ``config.json`` of the run in ``model_dir`` (ValueError naming the file if missing)."""
+    import tensorflow as tf  # tf.io.gfile: model_dir may be gs://...
+
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"{path} not found: {model_dir!r} is not the model_dir of a training run.")
+    with tf.io.gfile.GFile(path) as stream:
+        return json.load(stream)
+
+
+def model_config(run: dict):
+    """The ``TransformerConfig`` a run's config.json records."""
+    from keras_transformer.config import TransformerConfig
+
+    if not isinstance(run.get("model"), dict):
+        raise ValueError(f"the run's {CONFIG_FILE} has no 'model' section.")
+    return TransformerConfig.from_dict(run["model"])
+
+
+def data_config(run: dict):
+    """The ``DataConfig`` a run was trained on, or None if its config.json records none (or one of
+    another version of this project)."""
+    from keras_transformer.data.config import DataConfig
+
+    recorded = run.get("data")
+    if not isinstance(recorded, dict):
+        return None
+    try:
+        return DataConfig(**recorded)
+    except (TypeError, ValueError):
+        return None
+
+
+def build_model(model_config, mixed_precision: str = "float32"):
+    """A built ``Transformer`` (variables created) with the dtype policy of ``mixed_precision``."""
+    import tensorflow as tf
+
+    from keras_transformer.model import Transformer
+
+    model = Transformer(model_config, dtype=PRECISION_POLICIES[mixed_precision])
+    dummy = tf.ones([1, 2], tf.int32)
+    model((dummy, dummy), training=False)
+    return model
+
+
+def model_checkpoint(model, **others):
+    """A ``tf.train.Checkpoint`` holding every variable of ``model`` (plus ``others``).
+
+    Keras 3 does not expose layers kept in Python lists (the encoder's N layers) to
+    ``tf.train.Checkpoint``'s object graph, so ``Checkpoint(model=model)`` alone would save the
+    embeddings only. The variables are therefore also tracked as one list, in the model's
+    deterministic variable order (same code and config, same order).
+    """
+    import tensorflow as tf
+
+    return tf.train.Checkpoint(model=model, model_variables=list(model.variables), **others)
+
+
+def restore_model(model, path: str) -> None:
+    """Loads the model variables of checkpoint ``path`` (a training or averaged checkpoint)
+    into the built ``model``; optimizer state in the file is ignored."""
+    import tensorflow as tf
+
+    if not tf.io.gfile.exists(path + ".index"):
+        raise ValueError(f"Checkpoint {path!r} does not exist (no {path}.index).")
+    model_checkpoint(model).read(path).expect_partial().assert_existing_objects_matched()
+
+
+def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
+    """The checkpoint prefix to restore: ``None``/``"latest"``: the latest of ``model_dir``;
+    ``"averaged"``: ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); ``"best"``:
+    ``model_dir/best/ckpt``; a directory: its latest checkpoint; otherwise a checkpoint prefix
+    (``.../ckpt-1000``, without ``.index``)."""
+    import tensorflow as tf
+
+    if checkpoint in (None, "", LATEST):
+        path = tf.train.latest_checkpoint(model_dir)
+        if path is None:
+            raise ValueError(f"no checkpoint in {model_dir} (no 'checkpoint' index file naming one): "
+                             "train first, or pass checkpoint=PATH.")
+        return path
+    named = {AVERAGED: (AVERAGED_PREFIX, "train with average_last > 0 or run "
+                                         "trainers.average_checkpoints"),
+             BEST: (BEST_PREFIX, "train with --keep_best_bleu")}
+    if checkpoint in named:
+        prefix, how = named[checkpoint]
+        path = os.path.join(model_dir, prefix)
+        if not tf.io.gfile.exists(path + ".index"):
+            raise ValueError(f"no {checkpoint} checkpoint in {model_dir} ({path}.index not found): "
+                             f"{how}.")
+        return path
+    if tf.io.gfile.isdir(checkpoint):
+        path = tf.train.latest_checkpoint(checkpoint)
+        if path is None:
+            raise ValueError(f"checkpoint={checkpoint!r} is a directory without a checkpoint in it.")
+        return path
+    if checkpoint.endswith(".index"):
+        checkpoint = checkpoint[:-len(".index")]
+    if not tf.io.gfile.exists(checkpoint + ".index"):
+        raise ValueError(f"checkpoint {checkpoint!r} not found (no {checkpoint}.index).")
+    return checkpoint
+
+
+def vocabulary_path(model_dir: str, run: dict, vocab_path: Optional[str] = None) -> str:
+    """``vocab_path`` if given, else ``model_dir/vocab.model``, else the run's recorded
+    ``vocab_path``, else its data config's default vocabulary path; the first that exists."""
+    if vocab_path:
+        if not os.path.isfile(vocab_path):
+            raise ValueError(f"vocabulary file {vocab_path} not found.")
+        return vocab_path
+    candidates = [os.path.join(model_dir, VOCABULARY_FILE)]
+    if run.get("vocab_path"):
+        candidates.append(run["vocab_path"])
+    recorded_data = data_config(run)
+    if recorded_data is not None:
+        candidates.append(recorded_data.effective_vocab_path)
+    for path in candidates:
+        if os.path.isfile(path):
+            return path
+    raise ValueError(f"the vocabulary of the run in {model_dir} was not found (tried "
+                     f"{', '.join(dict.fromkeys(candidates))}); pass vocab_path (--vocab_path).")
+
+
+def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_config=None,
+                    vocab_path: Optional[str] = None):
+    """A ``Translator`` for the training run in ``model_dir``: the model of its ``config.json``
+    with the weights of ``checkpoint`` (see ``resolve_checkpoint``; default the latest) and the
+    run's subword vocabulary (see ``vocabulary_path``). Inference runs in float32 whatever the
+    training precision (the variables are float32 either way). Every missing file is a ValueError
+    naming it."""
+    import tensorflow as tf
+
+    from keras_transformer.inference import DecodingConfig, Translator
+    from keras_transformer.tokenizer import SubwordTokenizer
+
+    if not os.path.isdir(model_dir):
+        raise ValueError(f"model_dir {model_dir} does not exist.")
+    run = read_config(model_dir)
+    config = model_config(run)
+    path = resolve_checkpoint(model_dir, checkpoint)
+    tokenizer = SubwordTokenizer.load(vocabulary_path(model_dir, run, vocab_path))
+    model = build_model(config)
+    try:
+        restore_model(model, path)
+    except (AssertionError, tf.errors.OpError) as error:
+        raise ValueError(f"checkpoint {path} does not fit the model of {model_dir}/{CONFIG_FILE}: "
+                         f"{str(error).splitlines()[0][:300]}") from None
+    return Translator(model, tokenizer, decoding_config or DecodingConfig())
