@@ -28,12 +28,13 @@ flag given, the corpus the run was trained on (its config.json) is used, so
 
 from absl import app, flags, logging
 
-from trainers import checks, console, data_flags, thread_flags
+from trainers import checks, console, data_flags, decoding_flags, thread_flags
 from trainers.console import stderr_progress
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)
 flags.adopt_module_key_flags(thread_flags)
+flags.adopt_module_key_flags(decoding_flags)
 flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
 flags.DEFINE_string("checkpoint", None,
                     "With --model_dir: 'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix or a "
@@ -46,9 +47,6 @@ flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick 
                      lower_bound=1)
 flags.DEFINE_string("output", None, "Write the translations here, one line per test sentence.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
-flags.DEFINE_integer("beam_size", 4, "With --model_dir: beam size (section 6.1: 4).", lower_bound=1)
-flags.DEFINE_float("alpha", 0.6, "With --model_dir: length penalty alpha (section 6.1: 0.6).",
-                  lower_bound=0.0)
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
 flags.DEFINE_bool("floors", False,
                   "Also score the two floors on the same sentences, copying the source and a "
@@ -93,14 +91,14 @@ def load_translate_fn():
 
     translator = runs.load_translator(
         FLAGS.model_dir, FLAGS.checkpoint,
-        inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha), FLAGS.vocab_path)
+        decoding_flags.decoding_config(), FLAGS.vocab_path)
     return translator.text_function(), FLAGS.model_dir
 
 
 def check_flags():
     """The run folder (and its checkpoint) or the SavedModel, and the output: before any work."""
     if FLAGS.saved_model:
-        given = [f"--{n}" for n in ("checkpoint", "beam_size", "alpha") if FLAGS[n].present]
+        given = ["--checkpoint"] * FLAGS["checkpoint"].present + decoding_flags.given()
         if given:
             raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
                                  "its search settings baked in.")

@@ -21,7 +21,9 @@ import os
 
 from absl import app, flags, logging
 
-from trainers import checks, console
+from trainers import checks, console, decoding_flags
+
+flags.adopt_module_key_flags(decoding_flags)
 
 flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
 flags.DEFINE_string("checkpoint", None,
@@ -35,11 +37,6 @@ flags.DEFINE_integer("version", None, "Version folder number (default: the next 
                      lower_bound=1)
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
                   "Export format (keras_transformer.export.EXPORTERS).")
-flags.DEFINE_integer("beam_size", 4, "Beam size baked into the export (section 6.1: 4).", lower_bound=1)
-flags.DEFINE_float("alpha", 0.6, "Length penalty alpha baked into the export (section 6.1: 0.6).",
-                  lower_bound=0.0)
-flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).",
-                     lower_bound=1)
 flags.DEFINE_integer("rest_api_port", 8501, "Port used in the printed serving commands.",
                      lower_bound=1, upper_bound=65535)
 flags.DEFINE_string("quantization", None, "--format=ctranslate2 only: CTranslate2 weight type (int8, "
@@ -111,10 +108,9 @@ def main(argv):
     name = FLAGS.name or os.path.basename(os.path.normpath(os.path.abspath(FLAGS.model_dir)))
     check_flags(name)
 
-    from keras_transformer import export, inference, runs
+    from keras_transformer import export, runs
 
-    config = inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha,
-                                      extra_length=FLAGS.extra_length)
+    config = decoding_flags.decoding_config()
     translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
                                            FLAGS.vocab_path)
     options = {"quantization": FLAGS.quantization} if FLAGS.format == "ctranslate2" else {}

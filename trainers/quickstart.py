@@ -9,8 +9,8 @@ Six stages, each announced as it starts:
 1. data: prepares the offline English->German corpus (the LibreOffice help pages, Debian packages
    libreoffice-help-en-us and libreoffice-help-de, see ``trainers/setup.sh``) and its shared
    subword vocabulary (``keras_transformer.data``);
-2. train: ``python -m trainers.wmt`` on the ``mini`` preset for --train_minutes, with a recipe
-   sized for that budget (its progress lines are shown as they come);
+2. train: the training run of ``python -m trainers.wmt`` (``keras_transformer.training.run``, in
+   this process) on the ``mini`` preset for --train_minutes, with a recipe sized for that budget;
 3. average: the last --average_last checkpoints, averaged by the trainer (section 6.1);
 4. evaluate: beam search (beam 4, alpha 0.6) on the held-out test split, scored with sacreBLEU
    (with its signature) and with the paper's tokenized compound-split BLEU, each labelled, beside
@@ -30,21 +30,19 @@ Every flag of ``python -m trainers.wmt`` works here too (``--preset``, ``--dropo
 
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
 
 from absl import flags
 
-from trainers import checks, console, data_flags, wmt
+from trainers import checks, console, data_flags, decoding_flags, wmt
 
 FLAGS = flags.FLAGS
-# The trainer's own flags (model, recipe, data): the quickstart passes every one of them on to
-# ``python -m trainers.wmt``, so each trainer flag works here too, with the defaults below.
+# The trainer's own flags (model, recipe, data) are this program's too, with the defaults below: the
+# training stage is the trainer's own training run.
 TRAINER_MODULES = (wmt, data_flags)
-for _module in TRAINER_MODULES:
+for _module in TRAINER_MODULES + (decoding_flags,):
     flags.adopt_module_key_flags(_module)
 
 # The trainer's defaults are the paper's (base, 100k steps, ~25k-token batches). These suit 20
@@ -64,9 +62,6 @@ for _name, _value in QUICKSTART_DEFAULTS.items():
     FLAGS.set_default(_name, _value)
 flags.DEFINE_alias("work_dir", "model_dir")  # the name of earlier versions
 
-flags.DEFINE_integer("beam_size", 4, "Beam size (section 6.1: 4).", lower_bound=1)
-flags.DEFINE_float("alpha", 0.6, "Length penalty alpha (section 6.1: 0.6).",
-                  lower_bound=0.0)
 flags.DEFINE_enum("eval_split", "test", ["dev", "test"],
                   "Which held-out split the evaluate stage scores (dev: for choosing settings, "
                   "as benchmarks.recipe does).")
@@ -94,10 +89,6 @@ REMEDIES = {
                  "`python -m trainers.translate --saved_model=EXPORT --text=...` shows the error "
                  "in full.",
 }
-
-
-# Log lines of TensorFlow's C++ core and absl INFO lines (TFDS opening files), not for the screen.
-NOISE = re.compile(r"^([IWE]\d{4} |WARNING: All log messages before absl)")
 
 
 def say(text=""):
@@ -160,11 +151,9 @@ def stage_data(config):
 # --- 2. train ------------------------------------------------------------------------------------
 
 def training_command():
-    """``python -m trainers.wmt`` with the trainer flags given here or defaulted by the quickstart
-    (the others have the same defaults in both programs); no training logic here."""
-    # An absolute model_dir: the trainer's checkpoint_paths() joins model_dir to paths that
-    # tf.train.get_checkpoint_state already prefixed with it, which breaks relative dirs.
-    command = [sys.executable, "-m", "trainers.wmt", f"--model_dir={os.path.abspath(FLAGS.model_dir)}"]
+    """The ``python -m trainers.wmt`` command line that trains the same run (shown, and kept in
+    the report, so the training can be repeated or continued alone)."""
+    command = ["python", "-m", "trainers.wmt", f"--model_dir={FLAGS.model_dir}"]
     for module in TRAINER_MODULES:
         for flag in FLAGS.get_flags_for_module(module.__name__):
             # export_dir: the export is this program's own stage 5.
@@ -174,56 +163,31 @@ def training_command():
     return command
 
 
-def stage_train():
+def stage_train(data_config, strategy):
     header("train", f"preset {FLAGS.preset}, {FLAGS.train_minutes:g} minutes"
            + (f" or {FLAGS.train_steps} steps" if FLAGS.train_steps else ""))
+    from keras_transformer import signals
+    from keras_transformer.training import NonFiniteError
+
     if FLAGS.overwrite and os.path.isdir(FLAGS.model_dir):
         shutil.rmtree(FLAGS.model_dir)
         say(f"--overwrite: deleted {FLAGS.model_dir}")
-    command = training_command()
-    say("$ python " + " ".join(command[1:]))
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-    from keras_transformer import runs
-
-    summary_path = os.path.join(FLAGS.model_dir, runs.SUMMARY_FILE)
-    if os.path.exists(summary_path):
-        os.remove(summary_path)  # so a stale summary is never reported as this run's
-    tail = []
-    log_path = os.path.join(FLAGS.model_dir, "train.log")
-    from keras_transformer import signals
-
+    say("the same training alone: " + " ".join(training_command()))
     os.makedirs(FLAGS.model_dir, exist_ok=True)
-    try:
-        with open(log_path, "a", encoding="utf-8") as log, subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment,
-                text=True, errors="replace", bufsize=1) as process:
-            try:
-                for line in process.stdout:
-                    log.write(line)
-                    line = line.rstrip("\n")
-                    if not NOISE.match(line):  # kept in train.log only
-                        say("  " + line)
-                        tail = (tail + [line])[-5:]
-                code = process.wait()
-            except signals.Interrupted as interrupted:
-                # Passed on (a Ctrl-C in a terminal has reached the trainer already; it heeds
-                # the first): it finishes its step, saves a checkpoint and exits.
-                process.send_signal(interrupted.signum)
-                for line in process.stdout:
-                    log.write(line)
-                process.wait()
-                raise
-    except OSError as error:
-        fail("train", f"cannot run the trainer: {error}")
-    if code != 0:
-        last = next((line for line in reversed(tail) if line.strip()), f"exit status {code}")
-        fail("train", f"the trainer stopped with exit status {code}: {last.strip()} "
-             f"(full log: {log_path})")
-    try:
-        with open(summary_path) as stream:
-            return json.load(stream)
-    except (OSError, ValueError) as error:
-        fail("train", f"the trainer wrote no readable {summary_path}: {error}")
+    log_path = os.path.join(FLAGS.model_dir, "train.log")
+    with open(log_path, "a", encoding="utf-8") as log:
+        def show(line):
+            log.write(line + "\n")
+            log.flush()
+            say("  " + line)
+
+        try:
+            summary = wmt.train(data_config, wmt.training_config(os.path.abspath(FLAGS.model_dir)),
+                                strategy, log=show)
+        except (NonFiniteError, ValueError) as error:
+            fail("train", str(error))
+    signals.check()  # stopped by a signal: the checkpoint is saved, no new stage
+    return summary
 
 
 # --- 3. average -----------------------------------------------------------------------------------
@@ -254,7 +218,7 @@ def stage_average(summary):
 # --- 4. evaluate ----------------------------------------------------------------------------------
 
 def stage_evaluate(config, checkpoint):
-    from keras_transformer import data, evaluation, inference, runs
+    from keras_transformer import data, evaluation, runs
 
     split = FLAGS.eval_split
     try:
@@ -268,7 +232,7 @@ def stage_evaluate(config, checkpoint):
     try:
         translator = runs.load_translator(
             FLAGS.model_dir, checkpoint,
-            inference.DecodingConfig(beam_size=FLAGS.beam_size, alpha=FLAGS.alpha))
+            decoding_flags.decoding_config())
     except ValueError as error:
         fail("evaluate", str(error))
     translate = translator.text_function()
@@ -393,7 +357,7 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
               "verdict": evaluation.verdict(result, floors),
               "averaged_checkpoints": averaged, "export": paths, "samples": samples,
               "wall_minutes": wall / 60, "load_average": os.getloadavg(),
-              "cpus": os.cpu_count(), "command": training_command()[1:]}
+              "cpus": os.cpu_count(), "command": training_command()}
     write_file("translate", os.path.join(FLAGS.model_dir, "report.json"),
                json.dumps(record, indent=1))
 
@@ -404,14 +368,15 @@ def main(argv):
     checks.output_dir("model_dir", FLAGS.model_dir)
     checks.output_dir("export_dir", FLAGS.export_dir)
     config = data_flags.data_config(xla=FLAGS.xla)
-    wmt.model_config(vocab_size=8000)  # the trainer's own checks of its flags
+    wmt.check_model_flags()  # the trainer's own checks of its flags
     wmt.training_config(FLAGS.model_dir)
+    strategy = wmt.make_strategy()  # before TensorFlow runs anything; seeds too
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
 
     config, counts = stage_data(config)
-    summary = stage_train()
+    summary = stage_train(config, strategy)
     checkpoint, averaged = stage_average(summary)
     translator, result, floors, sources, references, hypotheses, eval_seconds = stage_evaluate(
         config, checkpoint)

@@ -19,10 +19,11 @@ import sys
 
 from absl import app, flags
 
-from trainers import checks, console, thread_flags
+from trainers import checks, console, decoding_flags, thread_flags
 from trainers.console import stderr_progress
 
 flags.adopt_module_key_flags(thread_flags)
+flags.adopt_module_key_flags(decoding_flags)
 flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
                     "folder (its highest numeric version is used). Beam settings are baked in.")
@@ -37,13 +38,6 @@ flags.DEFINE_string("input", None, "File of sentences, one per line (default: --
 flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
 flags.DEFINE_string("output", None, "Output file (default stdout); written whole at the end.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch (sorted by length).", lower_bound=1)
-flags.DEFINE_integer("beam_size", None, "Checkpoint mode only: beam size (default 4, section 6.1).",
-                     lower_bound=1)
-flags.DEFINE_float("alpha", None, "Checkpoint mode only: length penalty alpha (default 0.6).",
-                  lower_bound=0.0)
-flags.DEFINE_integer("extra_length", None,
-                     "Checkpoint mode only: output up to input length + this (default 50).",
-                     lower_bound=1)
 flags.mark_flags_as_mutual_exclusive(["input", "text"])
 flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines.")
 
@@ -70,8 +64,8 @@ def check_flags():
     """The run folder (and its checkpoint) or the SavedModel, the input and the output: before
     any work."""
     if FLAGS.saved_model is not None:
-        given = [f"--{name}" for name in ("checkpoint", "vocab_path", "beam_size", "alpha", "extra_length")
-                 if FLAGS[name].present]
+        given = [f"--{name}" for name in ("checkpoint", "vocab_path")
+                 if FLAGS[name].present] + decoding_flags.given()
         if given:
             raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
                                  "its search settings baked in (re-export to change them).")
@@ -93,11 +87,7 @@ def load_translate_fn():
     if FLAGS.saved_model is not None:
         return inference.load_exported_translate_fn(FLAGS.saved_model)
 
-    defaults = inference.DecodingConfig()
-    config = inference.DecodingConfig(
-        beam_size=FLAGS.beam_size or defaults.beam_size,
-        alpha=defaults.alpha if FLAGS.alpha is None else FLAGS.alpha,
-        extra_length=FLAGS.extra_length or defaults.extra_length)
+    config = decoding_flags.decoding_config()
     from keras_transformer import runs
 
     translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,

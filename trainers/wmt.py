@@ -19,7 +19,7 @@ to MODEL_DIR/summary.json. TensorBoard: ``tensorboard --logdir=MODEL_DIR``.
 
 import os
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from trainers import checks, console, data_flags
 
@@ -148,17 +148,50 @@ def training_config(model_dir: str):
         raise app.UsageError(str(error)) from None
 
 
-def model_config(vocab_size: int):
-    import keras_transformer as kt
-
+def model_overrides() -> dict:
+    """The TransformerConfig fields the flags set over the preset's."""
     overrides = {name: FLAGS[name].value for name in MODEL_FLAGS if FLAGS[name].value is not None}
     # Sequences are at most --max_length subwords plus EOS/BOS.
     overrides["max_length"] = FLAGS.max_length + 1
+    return overrides
+
+
+def check_model_flags():
+    """The model flags agree with each other (the vocabulary size is known only later)."""
+    import keras_transformer as kt
+
     try:
-        return kt.TransformerConfig.from_preset(FLAGS.preset, vocab_size=vocab_size, **overrides)
+        kt.TransformerConfig.from_preset(FLAGS.preset, vocab_size=8000, **model_overrides())
     except ValueError as error:
         raise app.UsageError(
-            f"--preset={FLAGS.preset} with overrides {overrides}: {error}") from None
+            f"--preset={FLAGS.preset} with overrides {model_overrides()}: {error}") from None
+
+
+def make_strategy():
+    """The tf.distribute strategy of the flags; call before TensorFlow runs anything (logical
+    devices are fixed at start-up), then seed."""
+    from keras_transformer.training import make_strategy as make
+
+    try:
+        strategy = make(FLAGS.strategy, FLAGS.num_cpu_devices)
+    except ValueError as error:
+        raise app.UsageError(f"--strategy={FLAGS.strategy}: {error}") from None
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return strategy
+
+
+def train(data, config, strategy, log=print) -> dict:
+    """``training.run.train_run`` with the flags' model and dev BLEU settings."""
+    from keras_transformer.training.run import train_run
+
+    return train_run(data, config, FLAGS.preset, model_overrides(), strategy,
+                     dev_bleu_sentences=FLAGS.dev_bleu_sentences,
+                     keep_best_bleu=FLAGS.keep_best_bleu, log=log)
 
 
 def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
@@ -178,69 +211,15 @@ def main(argv):
     if FLAGS.export_dir is not None:
         checks.output_dir("export_dir", FLAGS.export_dir)
     data = data_flags.data_config(xla=FLAGS.xla)
-    model_config(vocab_size=8000)  # the model flags agree (the vocabulary size comes later)
+    check_model_flags()
     config = training_config(model_dir)
+    strategy = make_strategy()
 
-    # Logical devices and the strategy first: TensorFlow must not be initialised before.
-    from keras_transformer.training import make_strategy
+    from keras_transformer import runs, signals
+    from keras_transformer.training import NonFiniteError, is_chief
 
     try:
-        strategy = make_strategy(FLAGS.strategy, FLAGS.num_cpu_devices)
-    except ValueError as error:
-        raise app.UsageError(f"--strategy={FLAGS.strategy}: {error}") from None
-
-    import keras
-    import tensorflow as tf
-
-    from keras_transformer import data as kt_data
-    from keras_transformer import runs, signals, writing
-    from keras_transformer.training import (NonFiniteError, ProgressLine, TensorBoard, Trainer,
-                                            is_chief)
-
-    keras.utils.set_random_seed(FLAGS.seed)
-    if FLAGS.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    try:
-        tokenizer, _ = kt_data.load_or_learn_tokenizer(data)
-        train_fn = kt_data.make_distributed_dataset_fn(data, tokenizer, "train", training=True,
-                                                       repeat=True)
-        dev_fn = None
-        try:
-            kt_data.load_text_pairs(data, "dev")
-            dev_fn = kt_data.make_distributed_dataset_fn(data, tokenizer, "dev", training=False)
-        except ValueError as error:
-            if "is not set" not in str(error):
-                raise
-            logging.warning("No dev data (%s): no dev loss.", error)
-    except (ValueError, kt_data.DataNotFoundError) as error:
-        console.error_exit(f"data: {error}")
-
-    cfg = model_config(tokenizer.vocab_size)
-    import dataclasses
-
-    run_info = {"data": dataclasses.asdict(data), "vocab_path": tokenizer.path,
-                "preset": FLAGS.preset, "dev_bleu_sentences": FLAGS.dev_bleu_sentences}
-    trainer = Trainer(cfg, config, strategy, run_info=run_info)
-    chief = is_chief(strategy)
-    if chief:  # the vocabulary travels with the checkpoints (what translate/export look for)
-        writing.write_file(os.path.join(model_dir, runs.VOCABULARY_FILE), tokenizer.model_proto)
-    callbacks = []
-    if dev_fn is not None and FLAGS.dev_bleu_sentences:
-        from keras_transformer.training.dev_bleu import DevBleu
-
-        dev_pairs = list(kt_data.load_text_pairs(data, "dev").take(FLAGS.dev_bleu_sentences)
-                         .as_numpy_iterator())
-        callbacks.append(DevBleu(tokenizer, [s.decode() for s, _ in dev_pairs],
-                                 [t.decode() for _, t in dev_pairs], keep_best=FLAGS.keep_best_bleu))
-    callbacks.append(ProgressLine(lambda line: print(line, flush=True), config.train_steps))
-    if chief:
-        callbacks.append(TensorBoard(model_dir))
-    print(f"wmt: preset={FLAGS.preset} ({trainer.model.count_params():,} parameters), "
-          f"strategy={FLAGS.strategy} x{strategy.num_replicas_in_sync} replicas, "
-          f"xla={FLAGS.xla}, precision={config.mixed_precision}, dataset={data.dataset}, "
-          f"vocabulary={tokenizer.vocab_size}, model_dir={model_dir}", flush=True)
-    try:
-        summary = trainer.fit(train_fn, dev_fn, callbacks)
+        summary = train(data, config, strategy, log=lambda line: print(line, flush=True))
     except NonFiniteError as error:
         console.error_exit(error)
     print(f"wmt: {summary['stop_reason']} after {summary['steps']} steps; "
@@ -248,7 +227,7 @@ def main(argv):
           f"{summary['final_train_loss']}; dev loss {summary['final_dev_loss']}; "
           f"summary in {os.path.join(model_dir, runs.SUMMARY_FILE)}", flush=True)
     signals.check()  # stopped by a signal: no new stage
-    if FLAGS.export_dir and chief:
+    if FLAGS.export_dir and is_chief(strategy):
         try:
             paths = export_hook(model_dir, bool(summary["averaged_checkpoint"]), FLAGS.export_dir)
         except ValueError as error:

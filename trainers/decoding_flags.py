@@ -1,0 +1,29 @@
+"""The search flags of every command that decodes (evaluate, translate, export, quickstart): one
+definition of section 6.1's beam settings.
+
+    from trainers import decoding_flags      # defines the flags on import
+    flags.adopt_module_key_flags(decoding_flags)
+    config = decoding_flags.decoding_config()
+"""
+
+from absl import flags
+
+flags.DEFINE_integer("beam_size", 4, "Beam size (section 6.1: 4).", lower_bound=1)
+flags.DEFINE_float("alpha", 0.6, "Length penalty alpha of GNMT, ((5 + length) / 6) ** alpha "
+                   "(section 6.1: 0.6).", lower_bound=0.0)
+flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).",
+                     lower_bound=1)
+
+NAMES = ("beam_size", "alpha", "extra_length")
+
+
+def decoding_config():
+    """The flags as an ``inference.DecodingConfig``."""
+    from keras_transformer.inference import DecodingConfig
+
+    return DecodingConfig(**{name: flags.FLAGS[name].value for name in NAMES})
+
+
+def given():
+    """The search flags given on the command line (refused where a SavedModel has them baked in)."""
+    return [f"--{name}" for name in NAMES if flags.FLAGS[name].present]
