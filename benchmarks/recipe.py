@@ -99,7 +99,9 @@ def run_row(name, seed):
         return None
     import json
 
-    with open(os.path.join(run_dir, "report.json")) as stream:
+    from keras_transformer import runs
+
+    with open(os.path.join(run_dir, runs.REPORT_FILE)) as stream:
         report = json.load(stream)
     if not FLAGS.keep_runs:
         shutil.rmtree(run_dir, ignore_errors=True)

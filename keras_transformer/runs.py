@@ -8,6 +8,7 @@
       checkpoint, ckpt-N.* tf.train.CheckpointManager's checkpoints (model, optimizer, step)
       averaged/ckpt.*      the average of the last checkpoints (section 6.1), model weights only
       best/ckpt.*, best/best.json   the weights of the best dev BLEU (--keep_best_bleu)
+      train.log, report.json, test.hyp   the quickstart's log, report and translations
 
 Everything that reads or writes these names asks this module: the trainer, the averaging, the
 evaluation, the translator, the exports and the programs.
@@ -22,6 +23,9 @@ from keras_transformer import writing
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
+TRAIN_LOG = "train.log"
+REPORT_FILE = "report.json"
+HYPOTHESES_FILE = "{split}.hyp"
 # A copy of the vocabulary inside the run folder, looked for first (a run that carries its own
 # vocabulary cannot lose it when data/ is cleaned or moved).
 VOCABULARY_FILE = "vocab.model"

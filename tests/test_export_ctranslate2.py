@@ -20,7 +20,7 @@ from keras_transformer.export.ctranslate2 import ctranslate2_spec, tokenizer_pie
 from keras_transformer.inference import DecodingConfig, Translator
 from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID, SubwordTokenizer
 from keras_transformer.training.loss import label_smoothed_cross_entropy
-from keras_transformer.training.toy import toy_batch
+from toy import toy_batch
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

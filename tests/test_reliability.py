@@ -156,7 +156,7 @@ def test_a_full_disk_at_checkpoint_time_keeps_the_previous_checkpoint(tmp_path, 
     import keras_transformer as kt
     from keras_transformer import writing
     from keras_transformer.training import Trainer, TrainingConfig, restore_model
-    from keras_transformer.training.toy import toy_dataset_fn
+    from toy import toy_dataset_fn
 
     config = kt.TransformerConfig.from_preset("tiny", vocab_size=16)
     training = TrainingConfig(model_dir=str(tmp_path), train_steps=4, warmup_steps=4,

@@ -21,7 +21,7 @@ import keras_transformer as kt
 from keras_transformer.training import (Callback, NonFiniteError, TensorBoard, Trainer,
                                         TrainingConfig, TrainStep, checkpoint_paths,
                                         restore_model)
-from keras_transformer.training.toy import toy_batch, toy_dataset_fn
+from toy import toy_batch, toy_dataset_fn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

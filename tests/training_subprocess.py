@@ -125,7 +125,7 @@ def train(out, model_dir, steps, options):
 
     import keras_transformer as kt
     from keras_transformer.training import Callback, Trainer, TrainingConfig
-    from keras_transformer.training.toy import toy_dataset_fn
+    from toy import toy_dataset_fn
 
     tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(3)

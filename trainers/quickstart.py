@@ -166,7 +166,7 @@ def training_command():
 def stage_train(data_config, strategy):
     header("train", f"preset {FLAGS.preset}, {FLAGS.train_minutes:g} minutes"
            + (f" or {FLAGS.train_steps} steps" if FLAGS.train_steps else ""))
-    from keras_transformer import signals
+    from keras_transformer import runs, signals
     from keras_transformer.training import NonFiniteError
 
     if FLAGS.overwrite and os.path.isdir(FLAGS.model_dir):
@@ -174,7 +174,7 @@ def stage_train(data_config, strategy):
         say(f"--overwrite: deleted {FLAGS.model_dir}")
     say("the same training alone: " + " ".join(training_command()))
     os.makedirs(FLAGS.model_dir, exist_ok=True)
-    log_path = os.path.join(FLAGS.model_dir, "train.log")
+    log_path = os.path.join(FLAGS.model_dir, runs.TRAIN_LOG)
     with open(log_path, "a", encoding="utf-8") as log:
         def show(line):
             log.write(line + "\n")
@@ -249,7 +249,7 @@ def stage_evaluate(config, checkpoint):
     try:
         result, hypotheses = evaluation.translate_and_evaluate(
             translate, sources, references, lang, batch_size=64, progress=progress)
-        write_file("evaluate", os.path.join(FLAGS.model_dir, f"{split}.hyp"),
+        write_file("evaluate", os.path.join(FLAGS.model_dir, runs.HYPOTHESES_FILE.format(split=split)),
                    "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
     except (ValueError, OSError, tf.errors.OpError) as error:
         fail("evaluate", str(error).splitlines()[0] if str(error) else type(error).__name__)
@@ -311,7 +311,7 @@ def stage_translate(path, sources, references, hypotheses):
 # --- report ---------------------------------------------------------------------------------------
 
 def report(counts, summary, averaged, result, floors, eval_seconds, paths, samples, wall):
-    from keras_transformer import evaluation
+    from keras_transformer import evaluation, runs
 
     split = FLAGS.eval_split
     lines = [
@@ -358,7 +358,7 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
               "averaged_checkpoints": averaged, "export": paths, "samples": samples,
               "wall_minutes": wall / 60, "load_average": os.getloadavg(),
               "cpus": os.cpu_count(), "command": training_command()}
-    write_file("translate", os.path.join(FLAGS.model_dir, "report.json"),
+    write_file("translate", os.path.join(FLAGS.model_dir, runs.REPORT_FILE),
                json.dumps(record, indent=1))
 
 

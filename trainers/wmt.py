@@ -21,13 +21,13 @@ import os
 
 from absl import app, flags
 
+from keras_transformer.config import PRESETS
 from trainers import checks, console, data_flags
 
 FLAGS = flags.FLAGS
-PRESETS = ("tiny", "mini", "small", "base", "big")  # keras_transformer.config.PRESETS
 flags.adopt_module_key_flags(data_flags)  # --help lists the data flags too
 
-flags.DEFINE_enum("preset", "base", PRESETS,
+flags.DEFINE_enum("preset", "base", sorted(PRESETS),
                   "Model size: base/big are Table 3's; small (3+3 layers, d_model 256) and mini "
                   "(3+3, d_model 128, the main job's) are for CPUs, tiny for tests.")
 # Table 3 overrides (None: the preset's value).

@@ -34,8 +34,8 @@ class TrainStep:
     Call ``step(iterator)`` with an iterator over ``strategy.distribute_datasets_from_function``
     (it consumes ``accumulation_steps`` batches) or ``step_on_batches(batches)`` with a tuple of
     ``accumulation_steps`` already distributed batches. Both return a dict of the global sums of
-    ``STAT_NAMES`` plus ``flags``, the sum over replicas of the ``flags`` vector passed in (how
-    the workers of a multi-worker job agree on when to save or stop).
+    ``STAT_NAMES`` plus ``stop_and_save``, the sum over replicas of the two votes passed in (stop,
+    save; how the workers of a multi-worker job agree on when to save or stop).
     """
 
     def __init__(self, model, optimizer, strategy=None, *, label_smoothing: float = 0.1,
@@ -86,51 +86,52 @@ class TrainStep:
             stats = [a + s for a, s in zip(accumulated[1], stats)]
         return grads, stats
 
-    def _apply_fn(self, accumulated, flags):
+    def _apply_fn(self, accumulated, stop_and_save):
         grads, stats = accumulated
         context = tf.distribute.get_replica_context()
         global_tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, stats[1])
         grads = [g / tf.maximum(global_tokens, 1.0) for g in grads]
         # The optimizer sums the replicas' gradients (all-reduce) before Adam's update.
         self.optimizer.apply(grads, self.model.trainable_variables)
-        return stats, tf.identity(flags)
+        return stats, tf.identity(stop_and_save)
 
     # --- whole step (cross-replica) ----------------------------------------------------------
-    def _run(self, batches, flags):
+    def _run(self, batches, stop_and_save):
         accumulated = None
         for batch in batches:
             args = (batch,) if accumulated is None else (batch, accumulated)
             accumulated = self.strategy.run(self._micro_fn, args=args)
-        stats, flags = self.strategy.run(self._apply_fn, args=(accumulated, flags))
+        stats, stop_and_save = self.strategy.run(self._apply_fn,
+                                                 args=(accumulated, stop_and_save))
         result = {name: self._sum(value) for name, value in zip(STAT_NAMES, stats)}
-        result["flags"] = self._sum(flags)
+        result["stop_and_save"] = self._sum(stop_and_save)
         return result
 
     def _sum(self, value):
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
-    def _iterator_step_fn(self, iterator, flags):
-        return self._run([next(iterator) for _ in range(self.accumulation_steps)], flags)
+    def _iterator_step_fn(self, iterator, stop_and_save):
+        return self._run([next(iterator) for _ in range(self.accumulation_steps)], stop_and_save)
 
-    def _batches_step_fn(self, batches, flags):
-        return self._run(batches, flags)
+    def _batches_step_fn(self, batches, stop_and_save):
+        return self._run(batches, stop_and_save)
 
-    def step(self, iterator, flags=None):
+    def step(self, iterator, stop_and_save=None):
         """One update from ``accumulation_steps`` batches of ``iterator``; returns global sums."""
-        return self._iterator_step(iterator, self._flags(flags))
+        return self._iterator_step(iterator, self._votes(stop_and_save))
 
-    def step_on_batches(self, batches, flags=None):
+    def step_on_batches(self, batches, stop_and_save=None):
         """One update from a tuple of ``accumulation_steps`` (distributed) batches."""
         batches = tuple(batches)
         if len(batches) != self.accumulation_steps:
             raise ValueError(
                 f"step_on_batches needs accumulation_steps={self.accumulation_steps} batches, "
                 f"got {len(batches)}.")
-        return self._batches_step(batches, self._flags(flags))
+        return self._batches_step(batches, self._votes(stop_and_save))
 
     @staticmethod
-    def _flags(flags):
-        return tf.constant([0.0, 0.0] if flags is None else flags, tf.float32)
+    def _votes(stop_and_save):
+        return tf.constant([0.0, 0.0] if stop_and_save is None else stop_and_save, tf.float32)
 
     # --- evaluation --------------------------------------------------------------------------
     def _eval_replica_fn(self, batch):

@@ -257,9 +257,10 @@ class Trainer:
                 stop_reason = "train_steps"
                 break
             out_of_time = budget is not None and time.monotonic() - started >= budget
-            flags = [float(bool(signals.received()) or out_of_time),
+            stop_and_save = [float(bool(signals.received()) or out_of_time),
                      float(self.checkpointer.due(step + 1))]
-            stats = {k: v.numpy() for k, v in self.train_step.step(iterator, flags).items()}
+            stats = {k: v.numpy()
+                     for k, v in self.train_step.step(iterator, stop_and_save).items()}
             step += 1
             self.step_counter.assign(step)
             loss = float(stats["loss_sum"]) / max(float(stats["target_tokens"]), 1.0)
@@ -274,7 +275,7 @@ class Trainer:
             interval.add(stats)
             run["source_tokens"] += float(stats["source_tokens"])
             run["target_tokens"] += float(stats["target_tokens"])
-            stop, save_due = (bool(f > 0) for f in stats["flags"])
+            stop, save_due = (bool(f > 0) for f in stats["stop_and_save"])
             is_last = stop or step == config.train_steps
             if step % config.log_every_steps == 0 or is_last:
                 self._check_finite(step, run)
@@ -293,7 +294,7 @@ class Trainer:
                 logs = self._evaluate_unless_stopped(dev_data, step, callbacks)
                 run["dev_logs"] = logs if logs is not None else run["dev_logs"]
                 interval.started = time.monotonic()
-            if stop:  # agreed by all replicas and workers through the step's flags
+            if stop:  # agreed by all replicas and workers through the step's votes
                 stop_reason = (signals.reason(signals.received()) if signals.received()
                                else "train_minutes" if out_of_time else "peer_stopped")
                 break
@@ -374,7 +375,7 @@ class _Interval:
     def add(self, stats):
         self.steps += 1
         for name, value in stats.items():
-            if name != "flags":
+            if name != "stop_and_save":
                 self.sums[name] = self.sums.get(name, 0.0) + float(value)
 
     def logs(self, now):

@@ -1,5 +1,5 @@
 """Synthetic copy / reverse tasks: a seconds-long check that a model and recipe can learn, and
-fixed-shape batches for throughput benchmarks. Not a substitute for real data.
+fixed-shape batches for the training tests. Not a substitute for real data.
 
 Batch ``i`` of input pipeline ``p`` depends only on ``(seed, i, p)`` (stateless random ops), so a
 run that is restarted and skips the batches it already consumed sees exactly the same data.
