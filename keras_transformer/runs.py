@@ -73,7 +73,7 @@ def model_config(run: dict):
     """The ``TransformerConfig`` a run's config.json records."""
     from keras_transformer.config import TransformerConfig
 
-    if not isinstance(run.get("model"), dict):
+    if not isinstance(run, dict) or not isinstance(run.get("model"), dict):
         raise ValueError(f"the run's {CONFIG_FILE} has no 'model' section.")
     return TransformerConfig.from_dict(run["model"])
 

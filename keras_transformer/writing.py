@@ -5,8 +5,7 @@ reports, averaged and best checkpoints, exports) goes through here:
 
 - :func:`write_file` writes beside the target under a ``.tmp-<pid>-`` name and renames it into
   place;
-- :func:`staged_folders` builds folders under such names and renames them into place together,
-  replacing what was there;
+- :func:`staged_folders` builds new folders under such names and renames them into place together;
 - :func:`remove_leftovers` deletes what a killed process left behind (its ``.tmp-<pid>-``
   entries, and TensorFlow's ``*_temp`` checkpoint folders), so a new start finds a clean folder;
 - a failed write raises :class:`WriteError` (a ValueError) naming the path and what to do, after
@@ -58,8 +57,8 @@ def _is_write_failure(error: BaseException) -> bool:
     return isinstance(error, tf.errors.OpError)
 
 
-def _temporary_name(prefix: str = "") -> str:
-    return f"{TEMPORARY_PREFIX}{os.getpid()}-{prefix}"
+def _temporary_name() -> str:
+    return f"{TEMPORARY_PREFIX}{os.getpid()}-"
 
 
 def write_file(path: str, data: Union[bytes, str]) -> str:
@@ -111,14 +110,14 @@ def temporary_folder(directory: str, what: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def staged_folders(targets: Sequence[str], replace: bool = False) -> Iterator[List[str]]:
+def staged_folders(targets: Sequence[str]) -> Iterator[List[str]]:
     """Yields one new, not yet existing folder path per target to write into; when the block ends
-    without an error they are renamed to ``targets`` together (with ``replace``, an existing
-    target is swapped out first; otherwise it is an error). On any error or signal nothing is
-    renamed and the staged folders are deleted. Write failures become :class:`WriteError`."""
+    without an error they are renamed to ``targets`` (which must not exist) together. On any
+    error or signal nothing is renamed and the staged folders are deleted. Write failures become
+    :class:`WriteError`."""
     targets = [os.path.abspath(t) for t in targets]
     for target in targets:
-        if os.path.exists(target) and not replace:
+        if os.path.exists(target):
             raise WriteError(f"{target} exists already; choose another name or version, or remove it")
     with contextlib.ExitStack() as stack:
         stagings = [stack.enter_context(temporary_folder(os.path.dirname(target), target))
@@ -128,9 +127,7 @@ def staged_folders(targets: Sequence[str], replace: bool = False) -> Iterator[Li
         with signals.deferred():
             renamed = []
             try:
-                for output, target, staging in zip(outputs, targets, stagings):
-                    if os.path.exists(target):
-                        os.replace(target, os.path.join(staging, "previous"))
+                for output, target in zip(outputs, targets):
                     os.replace(output, target)
                     renamed.append(target)
             except OSError:

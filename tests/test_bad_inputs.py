@@ -189,7 +189,8 @@ COMMAND_CASES = (
        ("quickstart", ["--eval_split=train"], "--eval_split"),
        ("quickstart", ["--eval_limit=0"], "--eval_limit=0"),
        ("quickstart", ["stray"], "unexpected argument(s) 'stray'")]
-    + [("prepare_data", args, message) for args, message in DATA_CASES[:3] + DATA_CASES[12:15]]
+    + [("quickstart", args, message) for args, message in TRAINING_CASES[16::3]]
+    + [("prepare_data", args, message) for args, message in DATA_CASES[:3] + DATA_CASES[12:]]
     + [("prepare_data", ["--download", "--dataset=ding_de_en", "--ding_file={file}"],
         "--download applies to --dataset=wmt14"),
        ("prepare_data", ["stray"], "unexpected argument(s) 'stray'")]

@@ -82,24 +82,18 @@ def _writable(flag, shown, folder):
 
 def run_dir(flag, path, checkpoint=None):
     """``path`` is the model_dir of a training run: its ``config.json`` parses, and ``checkpoint``
-    (the --checkpoint value: None/latest, averaged, a folder or a prefix) resolves."""
-    import json
-
+    (the --checkpoint value: None/latest, averaged, best, a folder or a prefix) resolves."""
     input_dir(flag, path)
-    from keras_transformer.runs import CONFIG_FILE, resolve_checkpoint
+    from keras_transformer import runs
 
-    config = os.path.join(path, CONFIG_FILE)
-    if not os.path.isfile(config):
-        _fail(flag, path, f"not the model_dir of a training run (no {CONFIG_FILE} in it)")
+    if not os.path.isfile(os.path.join(path, runs.CONFIG_FILE)):
+        _fail(flag, path, f"not the model_dir of a training run (no {runs.CONFIG_FILE} in it)")
     try:
-        with open(config, encoding="utf-8") as stream:
-            run = json.load(stream)
-        if not isinstance(run, dict) or not isinstance(run.get("model"), dict):
-            raise ValueError("it holds no model settings")
-    except (OSError, ValueError) as error:
-        _fail(flag, path, f"its {CONFIG_FILE} cannot be read: {str(error).splitlines()[0]}")
+        runs.model_config(runs.read_config(path))
+    except (OSError, ValueError, TypeError) as error:
+        _fail(flag, path, f"its {runs.CONFIG_FILE} cannot be read: {str(error).splitlines()[0]}")
     try:
-        resolve_checkpoint(path, checkpoint)
+        runs.resolve_checkpoint(path, checkpoint)
     except ValueError as error:
         flag_of_problem = "checkpoint" if checkpoint not in (None, "", "latest") else flag
         raise app.UsageError(f"--{flag_of_problem}: {error}") from None

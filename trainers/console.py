@@ -1,6 +1,7 @@
 """What the commands show on the terminal besides their results."""
 
 import contextlib
+import errno
 import math
 import os
 import sys
@@ -67,7 +68,7 @@ def run(main):
       OS or TensorFlow file-system error: one line, status 1;
     - a Python package missing from this interpreter: one line naming the setup command.
     """
-    from absl import app, logging
+    from absl import app
 
     def missing(error):
         error_exit(f"the Python package {error.name!r} is missing from {sys.executable}; "
@@ -94,17 +95,17 @@ def run(main):
             # (seconds on a busy machine) is what makes the exit prompt.
             os._exit(interrupted.exit_status)
         except (ValueError, OSError) as error:
-            # The traceback stays available to whoever debugs: --verbosity=1 (absl) shows it.
-            logging.debug("the error's traceback:", exc_info=True)
             if isinstance(error, OSError) and error.filename:
-                error_exit(writing.describe(error, error.filename))
+                # A full disk or a read-only file system: say what to free or change.
+                if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                    error_exit(writing.describe(error, error.filename))
+                error_exit(f"{error.filename}: {error.strerror}")
             error_exit(_first_line(error))
         except Exception as error:  # noqa: BLE001
             import tensorflow as tf
 
             if isinstance(error, (tf.errors.ResourceExhaustedError, tf.errors.NotFoundError,
                                   tf.errors.PermissionDeniedError, tf.errors.DataLossError)):
-                logging.debug("the error's traceback:", exc_info=True)
                 error_exit(f"{type(error).__name__}: {_first_line(error)}")
             raise
 

@@ -76,8 +76,8 @@ REMEDIES = {
     "data": "install the offline corpora with `bash trainers/setup.sh`, or point "
             "--libreoffice_help_dir (or --ding_file with --dataset=ding_de_en) at them, or use "
             "--dataset=files with --train_data/--dev_data/--test_data.",
-    "train": "read the trainer's message above; fix the flag it names and run the same command "
-             "again (training resumes from the last checkpoint in --model_dir).",
+    "train": "fix what the message names and run the same command again (training resumes "
+             "from the last checkpoint in --model_dir).",
     "average": "run `python -m trainers.average_checkpoints --model_dir=MODEL_DIR --last=N` by hand, "
                "or pass --average_last=0 to evaluate the last checkpoint.",
     "evaluate": "check the test data (see the data stage) and the checkpoints in --model_dir; "

@@ -218,15 +218,21 @@ class Trainer:
             return self._loop(iterator, dev_data, callbacks, start_step, restored)
 
     def _check_finite(self, step, run):
-        if self.weights_are_finite():
+        """Stops (NonFiniteError) if the weights are not finite; each step is checked once."""
+        if run.get("finite_step") == step:
             return
+        if not self.weights_are_finite():
+            self._stop_non_finite(step, run, f"the update of step {step} made weights NaN or "
+                                             "infinite")
+        run["finite_step"] = step
+
+    def _stop_non_finite(self, step, run, what):
         self._write_summary(run, step, "non_finite")
         raise NonFiniteError(
-            f"the update of step {step} made weights NaN or infinite (learning rate "
-            f"{self.learning_rate():.3g}); nothing of it was saved, and the latest checkpoint "
-            f"{self.checkpointer.latest or '(none: nothing was saved yet)'} is the last finite "
-            "one. Lower --learning_rate_scale, raise --warmup_steps, or use float32/bfloat16 "
-            "instead of float16.")
+            f"{what} (learning rate {self.learning_rate():.3g}); nothing of it was saved, and the "
+            f"latest checkpoint {self.checkpointer.latest or '(none: nothing was saved yet)'} is "
+            "the last finite one. Lower --learning_rate_scale, raise --warmup_steps, or use "
+            "float32/bfloat16 instead of float16.")
 
     def _save(self, step, run):
         self._check_finite(step, run)
@@ -258,20 +264,14 @@ class Trainer:
                 break
             out_of_time = budget is not None and time.monotonic() - started >= budget
             stop_and_save = [float(bool(signals.received()) or out_of_time),
-                     float(self.checkpointer.due(step + 1))]
+                             float(self.checkpointer.due(step + 1))]
             stats = {k: v.numpy()
                      for k, v in self.train_step.step(iterator, stop_and_save).items()}
             step += 1
             self.step_counter.assign(step)
             loss = float(stats["loss_sum"]) / max(float(stats["target_tokens"]), 1.0)
             if not math.isfinite(loss) and not skips_are_normal:
-                self._write_summary(run, step, "non_finite")
-                raise NonFiniteError(
-                    f"the training loss became {loss} at step {step} (learning rate "
-                    f"{self.learning_rate():.3g}); nothing of it was saved, and the latest "
-                    f"checkpoint {self.checkpointer.latest or '(none: nothing was saved yet)'} "
-                    "is the last finite one. Lower --learning_rate_scale, raise --warmup_steps, "
-                    "or use float32/bfloat16 instead of float16.")
+                self._stop_non_finite(step, run, f"the training loss became {loss} at step {step}")
             interval.add(stats)
             run["source_tokens"] += float(stats["source_tokens"])
             run["target_tokens"] += float(stats["target_tokens"])
