@@ -19,7 +19,7 @@ shapes; the first pass over the batches (tracing, compiling) is reported separat
 The length sweep forces every output to exactly N tokens (EOS masked, limit N) and reports the time
 per sentence and per decoder step: constant per step with the cache, growing with N without it.
 
-The cached search without XLA is the Translator's (``model.decoding_function``): the self-attention
+The cached search without XLA is the Translator's (``inference.search_inputs``): the self-attention
 keys/values grow by one step per step, the encoder's keys/values are kept once per sentence, and a
 sentence whose result is final leaves the batch; XLA needs fixed shapes, so with XLA the cache is
 buffers of the batch's output buffer length and every sentence stays until all are done.
@@ -138,7 +138,7 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
 
     The output buffer holds ``length + extra_length`` tokens, or ``forced_length`` with EOS masked
     so every output has exactly that many tokens. The cache is the Translator's
-    (``model.decoding_function``: growing self-attention keys/values, encoder keys/values once per
+    (``inference.search_inputs``: growing self-attention keys/values, encoder keys/values once per
     sentence, finished sentences leaving the batch); with XLA, fixed-size buffers of the output
     buffer's length and no sentence leaving. ``per_beam_buffers``: the search before those changes,
     fixed-size buffers with the encoder's keys/values copied and reordered per beam (the whole
@@ -146,6 +146,7 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
     import tensorflow as tf
 
     from keras_transformer import decoding
+    from keras_transformer.inference import search_inputs
     from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
 
     vocab = model.config.output_vocab_size
@@ -162,15 +163,15 @@ def make_search(model, search, cached, xla, extra_length, alpha, forced_length=N
         memory, memory_mask = model.encode(source_ids)
         options = {}
         if per_beam_buffers:
-            cache = model.init_cache(memory, memory_mask, buffer)
+            cache = dict(zip(("self", "memory"), model.init_cache(memory, memory_mask, buffer)))
             options["drop_finished"] = False
 
             def step(ids, i, cache):
-                logits, cache = model.decode_step(ids[:, i], i, cache)
-                return logits + mask, cache
+                logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"])
+                return logits + mask, {"self": self_cache, "memory": cache["memory"]}
         elif cached:
-            cache, options["shared_cache"], step = model.decoding_function(
-                memory, memory_mask, buffer if xla else None, logits_bias=mask)
+            cache, options["shared_cache"], step = search_inputs(
+                model, memory, memory_mask, buffer if xla else None, logits_bias=mask)
         else:
             cache = {"memory": memory, "memory_mask": memory_mask}
 
@@ -292,6 +293,7 @@ def make_ours_for_comparison(model, beam_size, extra_length):
     import tensorflow as tf
 
     from keras_transformer import decoding
+    from keras_transformer.inference import search_inputs
     from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
 
     never = tf.scatter_nd([[PAD_ID], [START_ID]], [-1e9, -1e9], [model.config.output_vocab_size])
@@ -301,7 +303,7 @@ def make_ours_for_comparison(model, beam_size, extra_length):
         batch = tf.shape(source_ids)[0]
         limit = tf.minimum(tf.shape(source_ids)[1], model.config.max_length) + extra_length
         memory, memory_mask = model.encode(source_ids)
-        cache, shared, step = model.decoding_function(memory, memory_mask, logits_bias=never)
+        cache, shared, step = search_inputs(model, memory, memory_mask, logits_bias=never)
         start, limits = tf.fill([batch], START_ID), tf.fill([batch], limit)
         if beam_size == 1:
             result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits,

@@ -118,128 +118,45 @@ def beam_search(
 
     Per step, each example keeps ``beam_size`` *alive* hypotheses (not finished) and an n-best list
     of *finished* ones, kept apart as in tensor2tensor. Of the ``2 * beam_size`` best one-token
-    extensions (enough to leave ``beam_size`` that do not end), the best ``beam_size`` that do not
-    end stay alive; one that ends (EOS or the length limit) enters the finished list if it ranks
-    within the best ``beam_size`` extensions (the rule of fairseq and Hugging Face, which makes
-    beam size 1 follow the greedy path). Because log-probabilities only decrease and, for
-    ``alpha >= 0``, ``lp`` is largest at the length limit, no descendant of an alive hypothesis can
-    score above ``best alive log-prob / max(lp(next length), lp(limit))`` (the max also covers
-    ``alpha < 0``). An example is done when that bound is no better than the worst of a full
-    finished list, or when it has no alive hypothesis left. Ties keep the earlier hypothesis,
-    so early stopping never changes the returned n-best list.
+    extensions (enough to leave ``beam_size`` that do not end; ``_grow_alive_seq``), the best
+    ``beam_size`` that do not end stay alive (``_get_new_alive_state``); one that ends (EOS or the
+    length limit) enters the finished list if it ranks within the best ``beam_size`` extensions
+    (``_get_new_finished_state``: the rule of fairseq and Hugging Face, which makes beam size 1
+    follow the greedy path). When an example is done: ``_beam_is_done``.
     """
-    beam_size = _check_static_int("beam_size", beam_size, minimum=1)
+    k = _check_static_int("beam_size", beam_size, minimum=1)
     length = _check_static_int("max_decode_length", max_decode_length, minimum=1)
     initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length, shared_cache)
     alpha = tf.cast(alpha, tf.float32)
     if alpha.shape.rank != 0:
         raise ValueError(f"beam_search: alpha must be a scalar, got shape {alpha.shape}.")
-    k = beam_size
     n_best = _check_static_int("n_best", k if n_best is None else n_best, minimum=1)
     if n_best > k:
         raise ValueError(f"beam_search: n_best={n_best} exceeds beam_size={k}.")
-    drop = _resolve_drop_finished(drop_finished)
+    beam = _Beam(size=k, alpha=alpha, eos_id=eos_id, n_best=n_best, early_stop=early_stop)
     seq = _start_buffer(initial_ids, length, pad_id)
     state = dict(
-        i=tf.constant(0, tf.int32),
         alive_seq=tf.tile(seq[:, None, :], [1, k, 1]),
         # All beams start equal; only the first may expand, or the n-best would hold k copies.
-        alive_log_probs=tf.tile(
-            tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch, 1]
-        ),
-        alive_cache=tf.nest.map_structure(lambda t: _repeat_rows(t, k), initial_cache),
-        shared=shared_cache if shared_cache is not None else {},
+        alive_log_probs=tf.tile(tf.constant([[0.0] + [_NEG_INF] * (k - 1)], tf.float32), [batch, 1]),
         finished_seq=tf.fill([batch, k, length + 1], tf.constant(pad_id, tf.int32)),
         finished_scores=tf.fill([batch, k], _NEG_INF),
         finished_flags=tf.zeros([batch, k], tf.bool),
         finished_lengths=tf.zeros([batch, k], tf.int32),
         done=tf.zeros([batch], tf.bool),
     )
-    if drop:
-        state["active"] = tf.range(batch)  # the examples still searching, in batch order
-    per_example = ("alive_seq", "alive_log_probs", "finished_seq", "finished_scores",
-                   "finished_flags", "finished_lengths", "done")
 
-    def done_per_example(steps, alive_log_probs, finished_scores, finished_flags, limits):
-        best_alive = tf.reduce_max(alive_log_probs, axis=1)
-        no_alive = tf.math.is_inf(best_alive)  # all -inf: every hypothesis has finished
-        if not early_stop:
-            return no_alive
-        max_lp = tf.maximum(length_penalty(steps + 1, alpha), length_penalty(limits, alpha))
-        bound = best_alive / max_lp
-        # The finished list is sorted best first: its n_best-th entry is the one to beat.
-        nth_finished = finished_scores[:, n_best - 1]
-        settled = tf.reduce_all(finished_flags[:, :n_best], axis=1)
-        return no_alive | (settled & (bound <= nth_finished))
+    def advance(i, old, cache, shared, limits):
+        candidates, new_cache = _grow_alive_seq(symbols_to_logits_fn, i, old, cache, shared,
+                                                limits, beam)
+        alive, rows = _get_new_alive_state(candidates, beam)
+        new = dict(alive, **_get_new_finished_state(old, candidates, i + 1, beam))
+        new["done"] = _beam_is_done(i + 1, new, limits, beam)
+        return new, new_cache, rows
 
-    def cond(s):
-        return (s["i"] < length) & ~tf.reduce_all(s["done"])
-
-    def body(s):
-        i = s["i"]
-        active = s.get("active")
-        old = {name: _take(s[name], active) for name in per_example}
-        limits_now = _take(limits, active)
-        searching = tf.shape(old["alive_log_probs"])[0]
-        log_probs, new_cache = _step(
-            symbols_to_logits_fn, tf.reshape(old["alive_seq"], [-1, length + 1]), i,
-            s["alive_cache"], s["shared"] if shared_cache is not None else None, "beam_search",
-        )
-        vocab = _vocab_size(log_probs)
-        candidates = old["alive_log_probs"][:, :, None] + tf.reshape(log_probs, [searching, k, vocab])
-        top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [searching, -1]), k=2 * k)
-        top_beam = top_index // vocab
-        top_token = top_index % vocab
-        top_seq = _write_column(tf.gather(old["alive_seq"], top_beam, batch_dims=1), i + 1, top_token)
-
-        new_length = i + 1
-        ends = tf.equal(top_token, eos_id) | (new_length >= limits_now)[:, None]
-        valid = top_log_probs > _NEG_INF  # -inf: extends a beam that was never or no longer alive
-
-        # Alive: the best k extensions that do not end.
-        alive_log_probs, alive_pos = tf.math.top_k(tf.where(ends, _NEG_INF, top_log_probs), k=k)
-        alive_beam = tf.gather(top_beam, alive_pos, batch_dims=1)
-        alive_rows = alive_beam + tf.range(searching)[:, None] * k  # [searching, k] cache rows
-
-        # Finished: ending extensions ranked within the best k join the n-best list.
-        finishing = ends & valid & (tf.range(2 * k) < k)[None, :]
-        new_scores = tf.where(
-            finishing, top_log_probs / length_penalty(new_length, alpha), _NEG_INF
-        )
-        # The old list comes first, so ties keep already finished hypotheses.
-        merged_scores, merged_pos = tf.math.top_k(
-            tf.concat([old["finished_scores"], new_scores], axis=1), k=k
-        )
-
-        def merge(before, new):
-            return tf.gather(tf.concat([before, new], axis=1), merged_pos, batch_dims=1)
-
-        new = dict(
-            alive_seq=tf.gather(top_seq, alive_pos, batch_dims=1),
-            alive_log_probs=alive_log_probs,
-            finished_seq=merge(old["finished_seq"], top_seq),
-            finished_scores=merged_scores,
-            finished_flags=merge(old["finished_flags"], finishing),
-            finished_lengths=merge(
-                old["finished_lengths"], tf.fill(tf.shape(top_token), new_length)
-            ),
-        )
-        new["done"] = done_per_example(new_length, new["alive_log_probs"], new["finished_scores"],
-                                       new["finished_flags"], limits_now)
-        if active is None:
-            return dict(new, i=new_length, shared=s["shared"], alive_cache=tf.nest.map_structure(
-                lambda t: tf.gather(t, tf.reshape(alive_rows, [-1])), new_cache))
-        keep = _still_searching(new["done"])
-        kept_rows = tf.reshape(tf.gather(alive_rows, keep), [-1])
-        return dict(
-            {name: _put(s[name], value, active) for name, value in new.items()},
-            i=new_length,
-            active=tf.gather(active, keep),
-            alive_cache=tf.nest.map_structure(lambda t: tf.gather(t, kept_rows), new_cache),
-            shared=_keep_rows(s["shared"], keep, searching),
-        )
-
-    state = _while(cond, body, state, length, relaxed=_relaxed_shapes(drop, "alive_cache"))
+    state = _search_loop(advance, state, tf.nest.map_structure(lambda t: _repeat_rows(t, k),
+                                                               initial_cache),
+                         shared_cache, limits, length, drop_finished)
     flags = state["finished_flags"]
     return DecodeResult(
         ids=tf.where(flags[:, :, None], state["finished_seq"][:, :, 1:], pad_id),
@@ -247,6 +164,91 @@ def beam_search(
         lengths=tf.where(flags, state["finished_lengths"], 0),
         steps=state["i"],
     )
+
+
+class _Beam(NamedTuple):
+    """The settings of one beam search, for its steps below."""
+
+    size: int
+    alpha: tf.Tensor
+    eos_id: int
+    n_best: int
+    early_stop: bool
+
+
+def _grow_alive_seq(symbols_to_logits_fn, i, old, cache, shared, limits, beam):
+    """The ``2 * beam_size`` best one-token extensions of each example's alive hypotheses (enough
+    to leave ``beam_size`` that do not end), as a dict of ``[examples, 2 * beam_size]`` tensors:
+    ``seq`` (with the new token in column ``i + 1``), ``log_probs``, ``beam`` (which alive
+    hypothesis each extends), ``token``, ``ends`` (EOS or the example's length limit) and
+    ``valid`` (extends a hypothesis that is alive: not ``-inf``); and the step function's cache."""
+    k = beam.size
+    examples = tf.shape(old["alive_log_probs"])[0]
+    rows = tf.reshape(old["alive_seq"], [examples * k, -1])
+    log_probs, new_cache = _step(symbols_to_logits_fn, rows, i, cache, shared, "beam_search")
+    vocab = _vocab_size(log_probs)
+    candidates = old["alive_log_probs"][:, :, None] + tf.reshape(log_probs, [examples, k, vocab])
+    top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [examples, -1]), k=2 * k)
+    top_beam = top_index // vocab
+    top_token = top_index % vocab
+    return dict(
+        seq=_write_column(tf.gather(old["alive_seq"], top_beam, batch_dims=1), i + 1, top_token),
+        log_probs=top_log_probs,
+        beam=top_beam,
+        token=top_token,
+        ends=tf.equal(top_token, beam.eos_id) | (i + 1 >= limits)[:, None],
+        valid=top_log_probs > _NEG_INF,
+    ), new_cache
+
+
+def _get_new_alive_state(candidates, beam):
+    """The best ``beam_size`` extensions that do not end: ``({"alive_seq", "alive_log_probs"},
+    cache rows [examples, beam_size])``, the rows of the step's cache they continue from."""
+    alive_log_probs, position = tf.math.top_k(
+        tf.where(candidates["ends"], _NEG_INF, candidates["log_probs"]), k=beam.size)
+    alive_beam = tf.gather(candidates["beam"], position, batch_dims=1)
+    rows = alive_beam + tf.range(tf.shape(alive_beam)[0])[:, None] * beam.size
+    return dict(alive_seq=tf.gather(candidates["seq"], position, batch_dims=1),
+                alive_log_probs=alive_log_probs), rows
+
+
+def _get_new_finished_state(old, candidates, new_length, beam):
+    """The n-best list after this step: ending extensions ranked within the best ``beam_size``
+    join it, scored ``log P / lp``; the list stays sorted best first, and on a tie the hypothesis
+    that finished earlier stays ahead (the old list comes first)."""
+    k = beam.size
+    finishing = candidates["ends"] & candidates["valid"] & (tf.range(2 * k) < k)[None, :]
+    new_scores = tf.where(finishing, candidates["log_probs"] / length_penalty(new_length, beam.alpha),
+                          _NEG_INF)
+    scores, position = tf.math.top_k(tf.concat([old["finished_scores"], new_scores], axis=1), k=k)
+
+    def merge(before, new):
+        return tf.gather(tf.concat([before, new], axis=1), position, batch_dims=1)
+
+    return dict(
+        finished_seq=merge(old["finished_seq"], candidates["seq"]),
+        finished_scores=scores,
+        finished_flags=merge(old["finished_flags"], finishing),
+        finished_lengths=merge(old["finished_lengths"],
+                               tf.fill(tf.shape(candidates["token"]), new_length)),
+    )
+
+
+def _beam_is_done(steps, new, limits, beam):
+    """bool [examples]: no alive hypothesis is left or, with early stopping, none can still enter
+    the n-best list. Log-probabilities only decrease and, for ``alpha >= 0``, ``lp`` is largest at
+    the length limit, so no descendant of an alive hypothesis can score above ``best alive
+    log-prob / max(lp(next length), lp(limit))`` (the max also covers ``alpha < 0``). Ties keep
+    the earlier hypothesis, so early stopping never changes the returned n-best list."""
+    best_alive = tf.reduce_max(new["alive_log_probs"], axis=1)
+    no_alive = tf.math.is_inf(best_alive)  # all -inf: every hypothesis has finished
+    if not beam.early_stop:
+        return no_alive
+    max_lp = tf.maximum(length_penalty(steps + 1, beam.alpha), length_penalty(limits, beam.alpha))
+    # The finished list is sorted best first: its n_best-th entry is the one to beat.
+    nth_finished = new["finished_scores"][:, beam.n_best - 1]
+    settled = tf.reduce_all(new["finished_flags"][:, :beam.n_best], axis=1)
+    return no_alive | (settled & (best_alive / max_lp <= nth_finished))
 
 
 def greedy_search(
@@ -272,53 +274,30 @@ def greedy_search(
     """
     length = _check_static_int("max_decode_length", max_decode_length, minimum=1)
     initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length, shared_cache)
-    drop = _resolve_drop_finished(drop_finished)
     state = dict(
-        i=tf.constant(0, tf.int32),
         seq=_start_buffer(initial_ids, length, pad_id),
         log_probs=tf.zeros([batch], tf.float32),
-        finished=tf.zeros([batch], tf.bool),
+        done=tf.zeros([batch], tf.bool),
         lengths=tf.zeros([batch], tf.int32),
-        cache=initial_cache,
-        shared=shared_cache if shared_cache is not None else {},
     )
-    if drop:
-        state["active"] = tf.range(batch)
-    per_example = ("seq", "log_probs", "finished", "lengths")
 
-    def cond(s):
-        return (s["i"] < length) & ~tf.reduce_all(s["finished"])
-
-    def body(s):
-        i = s["i"]
-        active = s.get("active")
-        old = {name: _take(s[name], active) for name in per_example}
-        log_probs, new_cache = _step(symbols_to_logits_fn, old["seq"], i, s["cache"],
-                                     s["shared"] if shared_cache is not None else None, "greedy_search")
+    def advance(i, old, cache, shared, limits):
+        log_probs, new_cache = _step(symbols_to_logits_fn, old["seq"], i, cache, shared,
+                                     "greedy_search")
         # top_k rather than argmax: the same tie-breaking (lowest id) as beam search.
         best_log_prob, best_token = tf.math.top_k(log_probs, k=1)
-        finished = old["finished"]
-        token = tf.where(finished, pad_id, best_token[:, 0])
-        new_length = i + 1
-        ends = ~finished & (tf.equal(token, eos_id) | (new_length >= _take(limits, active)))
+        done = old["done"]
+        token = tf.where(done, pad_id, best_token[:, 0])
+        ends = ~done & (tf.equal(token, eos_id) | (i + 1 >= limits))
         new = dict(
-            seq=_write_column(old["seq"], new_length, token),
-            log_probs=tf.where(finished, old["log_probs"], old["log_probs"] + best_log_prob[:, 0]),
-            finished=finished | ends,
-            lengths=tf.where(ends, new_length, old["lengths"]),
+            seq=_write_column(old["seq"], i + 1, token),
+            log_probs=tf.where(done, old["log_probs"], old["log_probs"] + best_log_prob[:, 0]),
+            done=done | ends,
+            lengths=tf.where(ends, i + 1, old["lengths"]),
         )
-        if active is None:
-            return dict(new, i=new_length, cache=new_cache, shared=s["shared"])
-        keep = _still_searching(new["finished"])
-        return dict(
-            {name: _put(s[name], value, active) for name, value in new.items()},
-            i=new_length,
-            active=tf.gather(active, keep),
-            cache=tf.nest.map_structure(lambda t: tf.gather(t, keep), new_cache),
-            shared=_keep_rows(s["shared"], keep, tf.shape(finished)[0]),
-        )
+        return new, new_cache, None  # one row per example: the cache keeps its order
 
-    state = _while(cond, body, state, length, relaxed=_relaxed_shapes(drop, "cache"))
+    state = _search_loop(advance, state, initial_cache, shared_cache, limits, length, drop_finished)
     return DecodeResult(
         ids=state["seq"][:, 1:],
         scores=state["log_probs"] / length_penalty(state["lengths"], alpha),
@@ -337,6 +316,48 @@ def compiling_with_xla():
 
 
 # --- shared pieces -------------------------------------------------------------------------------
+
+
+def _search_loop(advance, per_example, cache, shared_cache, limits, length, drop_finished):
+    """The loop both searches share: at most ``length`` steps, until every example is done.
+
+    ``per_example`` is the search's state, a dict of tensors with the batch as leading dimension
+    (``"done"``, bool, among them). Each step calls ``advance(i, old, cache, shared_cache,
+    limits) -> (new, new_cache, rows)`` with the state, the limits and the shared cache of the
+    examples still searching, and the cache rows of their hypotheses; ``rows`` [examples, ...]
+    names the rows of ``new_cache`` each example's hypotheses continue from (None: every row
+    continues in place). With ``drop_finished``, examples that are done leave the batch: their
+    state is written back into the whole batch's, their cache rows are dropped. Returns the final
+    state, with ``"i"`` the number of steps run."""
+    drop = _resolve_drop_finished(drop_finished)
+    state = dict(per_example, i=tf.constant(0, tf.int32), cache=cache,
+                 shared=shared_cache if shared_cache is not None else {})
+    if drop:
+        state["active"] = tf.range(tf.shape(per_example["done"])[0])  # in batch order
+
+    def cond(s):
+        return (s["i"] < length) & ~tf.reduce_all(s["done"])
+
+    def body(s):
+        active = s.get("active")
+        old = {name: _take(s[name], active) for name in per_example}
+        new, new_cache, rows = advance(s["i"], old, s["cache"],
+                                       s["shared"] if shared_cache is not None else None,
+                                       _take(limits, active))
+        result = dict(i=s["i"] + 1, shared=s["shared"])
+        if active is None:
+            result.update(new)
+        else:
+            keep = _still_searching(new["done"])
+            result.update({name: _put(s[name], value, active) for name, value in new.items()},
+                          active=tf.gather(active, keep),
+                          shared=_keep_rows(s["shared"], keep, tf.shape(new["done"])[0]))
+            rows = keep if rows is None else tf.gather(rows, keep)
+        result["cache"] = new_cache if rows is None else tf.nest.map_structure(
+            lambda t: tf.gather(t, tf.reshape(rows, [-1])), new_cache)
+        return result
+
+    return _while(cond, body, state, length, relaxed=_relaxed_shapes(drop))
 
 
 def _while(cond, body, state, length, relaxed):
@@ -371,12 +392,12 @@ def _rank_only(tensor):
     return tf.TensorShape([None] * tensor.shape.rank)
 
 
-def _relaxed_shapes(drop, cache_key):
+def _relaxed_shapes(drop):
     """The loop variables whose shapes may change: the cache (it may grow), and with dropped
     examples the row counts of the cache, the shared cache and the active examples."""
     if not drop:
-        return {cache_key: _growable}
-    return {cache_key: _rank_only, "shared": _rank_only, "active": _rank_only}
+        return {"cache": _growable}
+    return {"cache": _rank_only, "shared": _rank_only, "active": _rank_only}
 
 
 def _resolve_drop_finished(drop_finished):

@@ -2,7 +2,10 @@
 
 ``Translator`` joins the three pieces that know nothing of each other: the tokenizer, the model
 (``encode`` / ``init_cache`` / ``decode_step``) and the search (``decoding.beam_search``, which sees the
-model only through one step function). Its two functions are what the SavedModel exports:
+model only through one step function, made here by ``search_inputs``). It makes the decoding
+decisions: which tokens are never produced, how long each output may be, and whether the cache
+grows (the fastest) or is a fixed buffer (when XLA compiles the search). Its two functions are what
+the SavedModel exports:
 
 - ``translate_text(texts)``: ``tf.string [batch]`` -> ``{"translations", "scores", "truncated"}``;
 - ``translate_ids(source_ids)``: int32 ``[batch, length]`` -> the n-best ``{"ids", "scores", "lengths"}``,
@@ -23,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
+
 
 @dataclasses.dataclass(frozen=True)
 class DecodingConfig:
@@ -96,8 +100,8 @@ class Translator(tf.Module):
         if decoding.compiling_with_xla():
             fixed_length = tf.minimum(tf.shape(source_ids)[1], self.max_source_length) + extra
             limits = tf.minimum(limits, fixed_length)
-        cache, shared, symbols_to_logits_fn = self.model.decoding_function(
-            memory, memory_mask, fixed_length, logits_bias=never)
+        cache, shared, symbols_to_logits_fn = search_inputs(self.model, memory, memory_mask,
+                                                            fixed_length, logits_bias=never)
         # Sentences whose best translation is final leave the batch (not under XLA).
         result = decoding.beam_search(
             symbols_to_logits_fn, start, cache, beam_size=self.decoding.beam_size,
@@ -120,6 +124,28 @@ class Translator(tf.Module):
         """``translate_text`` as a ``tf.function`` over any batch of strings (the signature the
         SavedModel serves), traced once; it reads the model's variables on every call."""
         return tf.function(self.translate_text, input_signature=[TEXT_INPUT_SPEC])
+
+
+def search_inputs(model, memory, memory_mask, max_decode_length=None, logits_bias=None):
+    """``(initial_cache, shared_cache, symbols_to_logits_fn)`` for ``decoding.beam_search`` /
+    ``greedy_search`` (pass ``shared_cache=shared_cache``): the one adapter between the model and
+    the search.
+
+    The caches are ``model.init_cache``'s as they are: the search tiles and reorders the
+    self-attention keys/values per hypothesis (growing, or fixed buffers of ``max_decode_length``
+    steps as XLA needs) and gives the step the encoder's keys/values once per sentence, never
+    copied per beam. ``logits_bias`` [target_vocab], if given, is added to the logits (e.g. -1e9
+    at ids never to produce).
+    """
+    cache, memory_cache = model.init_cache(memory, memory_mask, max_decode_length)
+
+    def symbols_to_logits_fn(ids, i, cache, memory_cache):
+        logits, cache = model.decode_step(ids[:, i], i, cache, memory_cache)
+        if logits_bias is not None:
+            logits += logits_bias
+        return logits, cache
+
+    return cache, memory_cache, symbols_to_logits_fn
 
 
 def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch_size: int = 32,

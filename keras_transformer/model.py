@@ -11,7 +11,6 @@ from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.embedding import (LearnedPositionalEmbedding, SharedEmbedding,
                                                 positional_encoding)
 from keras_transformer.layers.encoder import Encoder
-from keras_transformer.layers.sublayers import layer_kwargs
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -56,7 +55,7 @@ class Transformer(keras.Model):
             config.source_word_dropout, noise_shape=(None, None, 1), name="source_word_dropout", dtype=policy)
         self.target_word_dropout = keras.layers.Dropout(
             config.target_word_dropout, noise_shape=(None, None, 1), name="target_word_dropout", dtype=policy)
-        stack = dict(num_layers=config.num_layers, layer_config=layer_kwargs(config), dtype=policy)
+        stack = dict(num_layers=config.num_layers, layer_config=_layer_config(config), dtype=policy)
         self.encoder = Encoder(name="encoder", **stack)
         self.decoder = Decoder(name="decoder", layerdrop=config.decoder_layerdrop, **stack)
         # Every shape is known from the config, so build now: encode/decode_step may then be called
@@ -164,65 +163,41 @@ class Transformer(keras.Model):
     # -- step-by-step decoding (section 6.1's beam search calls this through one step function) --
 
     def init_cache(self, memory, memory_mask, max_decode_length=None):
-        """The decoding cache, a plain nested dict of tensors with the batch as leading dimension:
+        """``(cache, memory_cache)``, the two plain nested dicts of tensors ``decode_step`` reads,
+        in the layout ``decoding.beam_search`` takes them (``initial_cache``, ``shared_cache``):
 
-        - ``"memory"``: ``{"mask": memory_mask, "layer_i": {"key", "value"}}``, the encoder-decoder
-          keys and values projected once. One row per sentence: every beam of a sentence shares
-          them, so a beam search need not copy or reorder them (``decode_step`` accepts several
-          adjacent rows of ids per memory row).
-        - per decoder layer, the self-attention keys and values, one row per hypothesis: under
-          ``"self"`` empty, growing by one position per ``decode_step`` (``max_decode_length=None``;
-          each step then touches only the steps so far: the fastest without XLA), or under
-          ``"self_fixed"`` zero buffers of ``max_decode_length`` steps written in place (one shape
-          for every step, as XLA needs).
+        - ``cache``, one row per hypothesis: each decoder layer's self-attention keys and values,
+          ``{"self": {"layer_i": {"key", "value"}}}`` empty and growing by one position per
+          ``decode_step`` (``max_decode_length=None``; each step then touches only the steps so
+          far: the fastest without XLA), or ``{"self_fixed": ...}`` zero buffers of
+          ``max_decode_length`` steps written in place (one shape for every step, as XLA needs).
+        - ``memory_cache``, one row per sentence: ``{"mask": memory_mask, "layer_i": {"key",
+          "value"}}``, the encoder output projected once. Every hypothesis of a sentence shares
+          it: ``decode_step`` accepts several adjacent rows of ids per memory row, so a beam
+          search never copies or reorders it.
         """
-        decoder = self.decoder.initial_cache(memory, max_decode_length)
-        memory_cache = {"mask": memory_mask, **{name: layer["cross"] for name, layer in decoder.items()}}
-        self_key = "self" if max_decode_length is None else "self_fixed"
-        return {"memory": memory_cache, self_key: {name: layer["self"] for name, layer in decoder.items()}}
+        batch = ops.shape(memory)[0]
+        layers = self.decoder.initial_cache(batch, max_decode_length)
+        cache = {"self": layers} if max_decode_length is None else {"self_fixed": layers}
+        return cache, {"mask": memory_mask, **self.decoder.memory_cache(memory)}
 
-    def decode_step(self, ids, index, cache):
-        """ids int [rows]: the tokens at position ``index`` (scalar); rows are a multiple of the
-        cache's memory rows (beams of one sentence adjacent). Returns float32 logits
-        [rows, target_vocab] for position index + 1, and the updated cache."""
+    def decode_step(self, ids, index, cache, memory_cache):
+        """ids int [rows]: the tokens at position ``index`` (scalar); ``cache`` and
+        ``memory_cache`` from ``init_cache`` (rows a multiple of the memory's rows, the
+        hypotheses of one sentence adjacent). Returns float32 logits [rows, target_vocab] for
+        position index + 1, and the updated ``cache``."""
         fixed = "self_fixed" in cache
-        self_cache = cache["self_fixed" if fixed else "self"]
-        memory_cache = cache["memory"]
-        decoder_cache = {name: {"self": layer, "cross": memory_cache[name]}
-                         for name, layer in self_cache.items()}
+        layers = cache["self_fixed" if fixed else "self"]
         # One [rows, d_model] row per hypothesis: plain matrix products, fewer ops per step than
         # the [rows, 1, d_model] of teacher forcing.
         x = self._embed(ops.expand_dims(ops.cast(ids, "int32"), 1), self.target_embedding,
                         getattr(self, "target_positions", None), start=index)
         x = ops.reshape(x, (-1, self.config.d_model))
-        mask = (masks.cache_step_mask(index, ops.shape(next(iter(self_cache.values()))["key"])[2])
+        mask = (masks.cache_step_mask(index, ops.shape(layers["layer_0"]["key"])[2])
                 if fixed else None)
-        x, decoder_cache = self.decoder(x, None, mask, memory_cache["mask"], cache=decoder_cache,
-                                        cache_index=index, grow_cache=not fixed)
-        new_self = {name: layer["self"] for name, layer in decoder_cache.items()}
-        return self.softmax_embedding.project(x), {"memory": memory_cache,
-                                                   "self_fixed" if fixed else "self": new_self}
-
-    def decoding_function(self, memory, memory_mask, max_decode_length=None, logits_bias=None):
-        """``(initial_cache, shared_cache, symbols_to_logits_fn)`` for ``decoding.beam_search`` /
-        ``greedy_search`` (pass ``shared_cache=shared_cache``).
-
-        The shared cache holds the encoder-decoder keys/values, projected here once per sentence and
-        never copied per beam; the cache the search tiles and reorders holds only the self-attention
-        keys/values (growing, or fixed buffers of ``max_decode_length`` steps as XLA needs; see
-        ``init_cache``). ``logits_bias`` [target_vocab], if given, is added to the logits (e.g.
-        -1e9 at ids never to produce).
-        """
-        cache = self.init_cache(memory, memory_mask, max_decode_length)
-        shared_cache = cache.pop("memory")
-
-        def symbols_to_logits_fn(ids, i, cache, shared_cache):
-            logits, cache = self.decode_step(ids[:, i], i, {**cache, "memory": shared_cache})
-            if logits_bias is not None:
-                logits += logits_bias
-            return logits, {key: value for key, value in cache.items() if key != "memory"}
-
-        return cache, shared_cache, symbols_to_logits_fn
+        x, layers = self.decoder(x, None, mask, memory_cache["mask"], cache=layers,
+                                 memory_cache=memory_cache, cache_index=index, grow_cache=not fixed)
+        return self.softmax_embedding.project(x), {"self_fixed" if fixed else "self": layers}
 
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable,
@@ -235,3 +210,11 @@ class Transformer(keras.Model):
         if "dtype" in config and isinstance(config["dtype"], dict):
             config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
         return cls(model_config, **config)
+
+
+def _layer_config(config):
+    """The per-layer arguments of ``EncoderLayer``/``DecoderLayer`` from a ``TransformerConfig``."""
+    return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+                d_k=config.d_k, d_v=config.d_v, dropout_rate=config.dropout_rate,
+                attention_dropout=config.attention_dropout, relu_dropout=config.relu_dropout,
+                norm_first=config.norm_first, layer_norm_epsilon=config.layer_norm_epsilon)

@@ -442,6 +442,7 @@ def test_bad_arguments_are_clear_value_errors(model):
 
 def test_real_model_cached_search_equals_uncached_and_xla():
     from keras_transformer import Transformer, TransformerConfig
+    from keras_transformer.inference import search_inputs
 
     vocab, length, beam_size = 24, 7, 3
     model = Transformer(TransformerConfig.from_preset("tiny", vocab_size=vocab))
@@ -452,16 +453,16 @@ def test_real_model_cached_search_equals_uncached_and_xla():
     # An untrained model may well emit pad or start tokens; a translator forbids them.
     forbidden = tf.constant(np.isin(np.arange(vocab), [PAD, START]) * -1e9, tf.float32)
 
-    def cached(ids, i, cache):
-        logits, cache = model.decode_step(ids[:, i], i, cache)
-        return logits + forbidden, cache
+    def cached(ids, i, cache):  # the encoder's keys/values too tiled and reordered per beam
+        logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"])
+        return logits + forbidden, {"self": self_cache, "memory": cache["memory"]}
 
     def uncached(ids, i, cache):  # re-runs the decoder over the whole prefix at every step
         logits = model.decode(ids[:, : i + 1], cache["memory"], cache["memory_mask"])[:, -1]
         return logits + forbidden, cache
 
     start = tf.fill([3], START)
-    cache = model.init_cache(memory, memory_mask, length)
+    cache = dict(zip(("self", "memory"), model.init_cache(memory, memory_mask, length)))
     plain = {"memory": memory, "memory_mask": memory_mask}
 
     def beam(step_fn, cache, start, limits, **options):
@@ -475,9 +476,9 @@ def test_real_model_cached_search_equals_uncached_and_xla():
 
     # The Translator's: a growing self-attention cache, the encoder's keys/values per sentence.
     # Finished examples leave the batch (drop_finished, the default without XLA) or not.
-    growing, memory_rows, growing_step = model.decoding_function(memory, memory_mask,
-                                                                 logits_bias=forbidden)
-    fixed, _, fixed_step = model.decoding_function(memory, memory_mask, length, logits_bias=forbidden)
+    growing, memory_rows, growing_step = search_inputs(model, memory, memory_mask,
+                                                       logits_bias=forbidden)
+    fixed, _, fixed_step = search_inputs(model, memory, memory_mask, length, logits_bias=forbidden)
 
     def shared(search, step_fn, **options):
         return lambda cache, start, limits: search(

@@ -78,13 +78,15 @@ def our_search(model, source, beam_size):
     CTranslate2's max_decoding_length. Returns the best hypotheses as id lists without EOS."""
     length = source.shape[1] + EXTRA
     memory, mask = model.encode(source)
-    cache = model.init_cache(memory, mask, length)
+    cache, memory_cache = model.init_cache(memory, mask, length)
     never = np.zeros(model.config.output_vocab_size, "float32")
     never[[PAD_ID, START_ID]] = -1e9
 
-    def step(ids, i, cache):
-        logits, cache = model.decode_step(ids[:, i], i, cache)
-        return logits + never, cache
+    def step(ids, i, cache):  # the encoder's keys/values tiled per beam (fixed shapes, as XLA's)
+        logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"])
+        return logits + never, {"self": self_cache, "memory": cache["memory"]}
+
+    cache = {"self": cache, "memory": memory_cache}
 
     start = tf.fill([source.shape[0]], START_ID)
     if beam_size == 1:

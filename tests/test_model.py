@@ -91,10 +91,10 @@ def test_cached_decoding_reproduces_teacher_forcing(overrides, max_decode_length
     target = np.minimum(TARGET, m.config.output_vocab_size - 1)
     full = np.asarray(m((SOURCE, target)))
     memory, memory_mask = m.encode(SOURCE)
-    cache = m.init_cache(memory, memory_mask, max_decode_length=max_decode_length)
+    cache, memory_cache = m.init_cache(memory, memory_mask, max_decode_length=max_decode_length)
     self_key = "self" if max_decode_length is None else "self_fixed"
     for i in range(target.shape[1]):
-        logits, cache = m.decode_step(target[:, i], i, cache)
+        logits, cache = m.decode_step(target[:, i], i, cache, memory_cache)
         real = target[:, i] != 0
         np.testing.assert_allclose(np.asarray(logits)[real], full[real, i], atol=1e-4)
         assert cache[self_key]["layer_0"]["key"].shape[2] == (max_decode_length or i + 1)
@@ -105,36 +105,31 @@ def test_decode_step_shares_each_sentences_memory_among_its_beams(model, max_dec
     """Three hypotheses per sentence over one memory row equal three copies of the memory."""
     beams = 3
     memory, memory_mask = model.encode(SOURCE)
-    shared = model.init_cache(memory, memory_mask, max_decode_length)
-    shared = {**tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0),
-                                      {k: v for k, v in shared.items() if k != "memory"}),
-              "memory": shared["memory"]}
-    copied = tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0),
-                                   model.init_cache(memory, memory_mask, max_decode_length))
+    cache, memory_cache = model.init_cache(memory, memory_mask, max_decode_length)
+    shared = copied = tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0), cache)
+    copied_memory = tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0), memory_cache)
     ids = np.array([[2, 11, 12], [2, 13, 14], [2, 11, 15], [2, 15, 16], [2, 17, 16], [2, 18, 19]])
     for i in range(ids.shape[1]):
-        shared_logits, shared = model.decode_step(ids[:, i], i, shared)
-        copied_logits, copied = model.decode_step(ids[:, i], i, copied)
+        shared_logits, shared = model.decode_step(ids[:, i], i, shared, memory_cache)
+        copied_logits, copied = model.decode_step(ids[:, i], i, copied, copied_memory)
         np.testing.assert_allclose(shared_logits, copied_logits, atol=1e-5)
-    assert shared["memory"]["layer_0"]["key"].shape[0] == len(SOURCE)
-    tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
-                          {k: v for k, v in shared.items() if k != "memory"},
-                          {k: v for k, v in copied.items() if k != "memory"})
+    assert memory_cache["layer_0"]["key"].shape[0] == len(SOURCE)
+    tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), shared, copied)
 
 
 def test_decoding_works_on_a_model_never_called():
     m = tiny()  # e.g. just restored from a checkpoint
     memory, memory_mask = m.encode(SOURCE)
-    logits, _ = m.decode_step(TARGET[:, 0], 0, m.init_cache(memory, memory_mask, 4))
+    logits, _ = m.decode_step(TARGET[:, 0], 0, *m.init_cache(memory, memory_mask, 4))
     np.testing.assert_allclose(logits, np.asarray(m((SOURCE, TARGET)))[:, 0], atol=1e-5)
 
 
 def test_decode_step_compiles_with_xla(model):
     memory, memory_mask = model.encode(SOURCE)
-    cache = model.init_cache(memory, memory_mask, max_decode_length=6)
+    cache, memory_cache = model.init_cache(memory, memory_mask, max_decode_length=6)
     step = tf.function(model.decode_step, jit_compile=True)
-    eager_logits, _ = model.decode_step(TARGET[:, 0], 0, cache)
-    xla_logits, new_cache = step(tf.constant(TARGET[:, 0]), tf.constant(0), cache)
+    eager_logits, _ = model.decode_step(TARGET[:, 0], 0, cache, memory_cache)
+    xla_logits, new_cache = step(tf.constant(TARGET[:, 0]), tf.constant(0), cache, memory_cache)
     np.testing.assert_allclose(xla_logits, eager_logits, atol=1e-5)
     assert tf.nest.map_structure(lambda t: t.shape, new_cache) == tf.nest.map_structure(
         lambda t: t.shape, cache)
@@ -170,10 +165,10 @@ def test_regularisers_vary_training_and_leave_inference_deterministic():
     steps = []
     for _ in range(2):
         memory, memory_mask = m.encode(SOURCE)
-        cache = m.init_cache(memory, memory_mask, max_decode_length=TARGET.shape[1])
+        cache, memory_cache = m.init_cache(memory, memory_mask, max_decode_length=TARGET.shape[1])
         logits = []
         for i in range(TARGET.shape[1]):
-            step_logits, cache = m.decode_step(TARGET[:, i], i, cache)
+            step_logits, cache = m.decode_step(TARGET[:, i], i, cache, memory_cache)
             logits.append(np.asarray(step_logits))
         steps.append(np.stack(logits, axis=1))
     np.testing.assert_array_equal(steps[0], steps[1])
@@ -294,13 +289,13 @@ def test_decoder_layerdrop_keeps_the_attention_weights_path_and_the_cache_path()
     assert y.shape == x.shape and len(weights) == m.config.num_layers
     assert all(w["self"].shape == (2, 4, 5, 5) and w["cross"].shape == (2, 4, 5, 5) for w in weights)
     # The cached path never drops a layer, even when told training=True.
-    cache = m.decoder.initial_cache(memory, 5)
+    caches = dict(cache=m.decoder.initial_cache(2, 5), memory_cache=m.decoder.memory_cache(memory))
     step_mask = masks.cache_step_mask(0, 5)
-    first, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache=cache, cache_index=0,
-                         training=False)
+    first, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache_index=0, training=False,
+                         **caches)
     for _ in range(8):
-        again, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache=cache, cache_index=0,
-                             training=True)
+        again, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache_index=0, training=True,
+                             **caches)
         np.testing.assert_array_equal(np.asarray(again), np.asarray(first))
 
 

@@ -14,27 +14,35 @@ class DecoderLayer(TransformerLayer):
 
     sublayer_names = ("self_attention", "cross_attention", "feed_forward")
 
+    def __init__(self, d_model, num_heads, d_ff, **kwargs):
+        super().__init__(d_model, num_heads, d_ff, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_dropout = self._dropout()
+        self.cross_attention = self._attention("cross_attention")
+        self.cross_attention_norm = self._norm("cross_attention_norm")
+        self.cross_attention_dropout = self._dropout()
+        self.feed_forward = self._feed_forward("feed_forward")
+        self.feed_forward_norm = self._norm("feed_forward_norm")
+        self.feed_forward_dropout = self._dropout()
+
     def build(self, x_shape, memory_shape=None):
         self._build_sublayers(x_shape, memory_shape or x_shape)
 
-    def initial_cache(self, memory, max_length=None):
-        """{"self": self-attention keys/values (zero buffers of ``max_length`` steps, or empty ones
-        to grow when None), "cross": the projected memory}."""
-        batch = keras.ops.shape(memory)[0]
-        return {"self": self.self_attention.initial_cache(batch, max_length),
-                "cross": self.cross_attention.compute_cache(memory)}
-
     def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             cache_index=None, training=None, return_attention_weights=False, grow_cache=False):
+             memory_cache=None, cache_index=None, training=None, return_attention_weights=False,
+             grow_cache=False):
         """Teacher forcing: x [batch, target_length, d_model], memory [batch, source_length, d_model],
         self_attention_mask [batch, 1, target_length, target_length] (look-ahead and padding),
         memory_mask [batch, 1, 1, source_length].
 
-        Incremental decoding: x [rows, 1, d_model] or [rows, d_model] at position ``cache_index``,
-        ``cache`` from ``initial_cache`` (its "cross" part may hold one row per sentence for
-        several rows of x, see ``MultiHeadAttention``), self_attention_mask from
-        ``masks.cache_step_mask`` for fixed-size buffers or None with ``grow_cache``; returns
-        (x, cache).
+        Incremental decoding: x [rows, 1, d_model] or [rows, d_model] at position ``cache_index``;
+        ``cache``: the self-attention keys/values (``self_attention.initial_cache``), one row per
+        row of x; ``memory_cache``: the encoder output's keys/values
+        (``cross_attention.compute_cache``), which may hold one row per sentence for several
+        adjacent rows of x (see ``MultiHeadAttention``); self_attention_mask from
+        ``masks.cache_step_mask`` for fixed-size buffers or None with ``grow_cache``. Returns
+        (x, the updated ``cache``).
 
         ``return_attention_weights`` (teacher forcing only): (x, {"self": [batch, heads, T, T],
         "cross": [batch, heads, T, S]}).
@@ -50,13 +58,13 @@ class DecoderLayer(TransformerLayer):
             x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training),
                               training)
             return (x, weights) if return_attention_weights else x
-        x, self_cache = self._connect("self_attention", x, lambda h: self.self_attention(
-            h, attention_mask=self_attention_mask, cache=cache["self"], cache_index=cache_index,
+        x, cache = self._connect("self_attention", x, lambda h: self.self_attention(
+            h, attention_mask=self_attention_mask, cache=cache, cache_index=cache_index,
             training=training, grow_cache=grow_cache), training)
-        x, cross_cache = self._connect("cross_attention", x, lambda h: self.cross_attention(
-            h, attention_mask=memory_mask, cache=cache["cross"], training=training), training)
+        x, _ = self._connect("cross_attention", x, lambda h: self.cross_attention(
+            h, attention_mask=memory_mask, cache=memory_cache, training=training), training)
         x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training), training)
-        return x, {"self": self_cache, "cross": cross_cache}
+        return x, cache
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -82,13 +90,24 @@ class Decoder(TransformerStack):
         keep = keras.random.uniform((), seed=self._layerdrop_seed) >= self.layerdrop
         return keras.ops.where(keep, layer_output, x)
 
-    def initial_cache(self, memory, max_length=None):
-        return {f"layer_{i}": layer.initial_cache(memory, max_length) for i, layer in enumerate(self.layers)}
+    def initial_cache(self, batch_size, max_length=None):
+        """The self-attention keys/values of every layer, ``{"layer_i": {"key", "value"}}``, one
+        row per hypothesis: zero buffers of ``max_length`` steps, or empty ones to grow (None)."""
+        return {f"layer_{i}": layer.self_attention.initial_cache(batch_size, max_length)
+                for i, layer in enumerate(self.layers)}
+
+    def memory_cache(self, memory):
+        """The encoder output's keys/values of every layer, ``{"layer_i": {"key", "value"}}``,
+        projected once per sentence."""
+        return {f"layer_{i}": layer.cross_attention.compute_cache(memory)
+                for i, layer in enumerate(self.layers)}
 
     def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             cache_index=None, training=None, return_attention_weights=False, grow_cache=False):
+             memory_cache=None, cache_index=None, training=None, return_attention_weights=False,
+             grow_cache=False):
         """(x) or (x, cache) with a cache, or (x, [weights of each layer]) with
-        ``return_attention_weights`` (see ``DecoderLayer``)."""
+        ``return_attention_weights`` (see ``DecoderLayer``; the caches here are those of
+        ``initial_cache`` and ``memory_cache``)."""
         new_cache, weights = {}, []
         for i, layer in enumerate(self.layers):
             if cache is None:
@@ -99,9 +118,10 @@ class Decoder(TransformerStack):
                     weights.append(layer_weights)
                 x = self._layer_drop(x, output, training)
             else:
-                x, new_cache[f"layer_{i}"] = layer(x, None, self_attention_mask, memory_mask,
-                                                   cache=cache[f"layer_{i}"], cache_index=cache_index,
-                                                   training=training, grow_cache=grow_cache)
+                name = f"layer_{i}"
+                x, new_cache[name] = layer(x, None, self_attention_mask, memory_mask, cache=cache[name],
+                                           memory_cache=memory_cache[name], cache_index=cache_index,
+                                           training=training, grow_cache=grow_cache)
         x = self._final(x)
         if return_attention_weights:
             return x, weights

@@ -12,6 +12,15 @@ class EncoderLayer(TransformerLayer):
 
     sublayer_names = ("self_attention", "feed_forward")
 
+    def __init__(self, d_model, num_heads, d_ff, **kwargs):
+        super().__init__(d_model, num_heads, d_ff, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.self_attention_norm = self._norm("self_attention_norm")
+        self.self_attention_dropout = self._dropout()
+        self.feed_forward = self._feed_forward("feed_forward")
+        self.feed_forward_norm = self._norm("feed_forward_norm")
+        self.feed_forward_dropout = self._dropout()
+
     def build(self, input_shape):
         self._build_sublayers(input_shape)
 

@@ -24,8 +24,9 @@ def sublayer_connection(x, sublayer, layer_norm, dropout, norm_first, training=N
 
 
 class TransformerLayer(keras.layers.Layer):
-    """What encoder and decoder layers share: hyper-parameters, config, and one LayerNorm and one
-    dropout per residual sub-layer connection."""
+    """What encoder and decoder layers share: hyper-parameters, config, and the parts of a residual
+    sub-layer connection. A subclass names its sub-layers in ``sublayer_names`` and creates, for
+    each name, the sub-layer, ``<name>_norm`` and ``<name>_dropout`` with the factories below."""
 
     sublayer_names = ()
 
@@ -38,18 +39,25 @@ class TransformerLayer(keras.layers.Layer):
                                   relu_dropout=relu_dropout, norm_first=norm_first,
                                   layer_norm_epsilon=layer_norm_epsilon)
         self.norm_first = norm_first
-        policy = self.dtype_policy
-        attention = dict(num_heads=num_heads, d_model=d_model, d_k=d_k, d_v=d_v,
-                         attention_dropout=attention_dropout, dtype=policy)
-        for name in self.sublayer_names:
-            if name.endswith("attention"):
-                setattr(self, name, MultiHeadAttention(name=name, **attention))
-            else:
-                setattr(self, name, PositionwiseFeedForward(d_model, d_ff, relu_dropout, name=name,
-                                                            dtype=policy))
-            setattr(self, f"{name}_norm", keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name=f"{name}_norm", dtype=policy))
-            setattr(self, f"{name}_dropout", keras.layers.Dropout(dropout_rate, dtype=policy))
+
+    def _attention(self, name):
+        c = self._layer_config
+        return MultiHeadAttention(num_heads=c["num_heads"], d_model=c["d_model"], d_k=c["d_k"],
+                                  d_v=c["d_v"], attention_dropout=c["attention_dropout"], name=name,
+                                  dtype=self.dtype_policy)
+
+    def _feed_forward(self, name):
+        c = self._layer_config
+        return PositionwiseFeedForward(c["d_model"], c["d_ff"], c["relu_dropout"], name=name,
+                                       dtype=self.dtype_policy)
+
+    def _norm(self, name):
+        return keras.layers.LayerNormalization(epsilon=self._layer_config["layer_norm_epsilon"],
+                                               name=name, dtype=self.dtype_policy)
+
+    def _dropout(self):
+        """Residual dropout (section 5.4), on each sub-layer's output before the residual sum."""
+        return keras.layers.Dropout(self._layer_config["dropout_rate"], dtype=self.dtype_policy)
 
     def _build_sublayers(self, x_shape, memory_shape=None):
         for name in self.sublayer_names:
@@ -66,14 +74,6 @@ class TransformerLayer(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), **self._layer_config}
-
-
-def layer_kwargs(config):
-    """The per-layer arguments of ``EncoderLayer``/``DecoderLayer`` from a ``TransformerConfig``."""
-    return dict(d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
-                d_k=config.d_k, d_v=config.d_v, dropout_rate=config.dropout_rate,
-                attention_dropout=config.attention_dropout, relu_dropout=config.relu_dropout,
-                norm_first=config.norm_first, layer_norm_epsilon=config.layer_norm_epsilon)
 
 
 class TransformerStack(keras.layers.Layer):
