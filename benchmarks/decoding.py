@@ -52,9 +52,11 @@ import time
 from absl import app, flags, logging
 
 from benchmarks import common
-from trainers import thread_flags
+from trainers import decoding_flags, thread_flags
 
 flags.adopt_module_key_flags(thread_flags)
+# --alpha and --extra_length as every command has them; the beam sizes come from --searches.
+flags.adopt_module_key_flags(decoding_flags)
 # One intra-op thread: the fastest for decoding the small model on this CPU (see trainers/thread_flags.py).
 flags.FLAGS.set_default("intra_op_threads", 1)
 
@@ -70,8 +72,6 @@ flags.DEFINE_list("uncached_batch_sizes", ["1", "16"],
 flags.DEFINE_integer("min_sentences", 8, "Sentences per timed run at least (batch size 1 runs "
                      "this many batches; larger batch sizes one batch).", lower_bound=1)
 flags.DEFINE_integer("runs", 3, "Timed runs per configuration (median, min, max).", lower_bound=1)
-flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).")
-flags.DEFINE_float("alpha", 0.6, "Length penalty alpha.")
 flags.DEFINE_list("lengths", ["8", "16", "32", "64", "128"], "Output lengths of the length sweep.")
 flags.DEFINE_integer("sweep_batch_size", 16, "Batch size of the length sweep.")
 flags.DEFINE_integer("uncached_max_length", 64, "Longest output length of the sweep also run "

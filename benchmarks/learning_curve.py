@@ -25,15 +25,21 @@ FLAGS = flags.FLAGS
 
 
 def scalars(event_dir):
-    """{tag: [(wall_time, step, value)]} of the event files in ``event_dir``."""
+    """{tag: [(wall_time, step, value)]} of the scalar summaries in ``event_dir`` (text summaries,
+    such as the dev translations, are left out)."""
     import tensorflow as tf
 
     series = {}
     for path in sorted(glob.glob(os.path.join(event_dir, "events.out.tfevents.*"))):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
-                number = float(tf.make_ndarray(value.tensor)) if value.HasField("tensor") else \
-                    value.simple_value
+                if value.HasField("tensor"):
+                    array = tf.make_ndarray(value.tensor)
+                    if array.dtype.kind not in "fiu":
+                        continue
+                    number = float(array)
+                else:
+                    number = value.simple_value
                 series.setdefault(value.tag, []).append((event.wall_time, event.step, number))
     return {tag: sorted(points) for tag, points in series.items()}
 

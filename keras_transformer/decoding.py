@@ -154,9 +154,9 @@ def beam_search(
         new["done"] = _beam_is_done(i + 1, new, limits, beam)
         return new, new_cache, rows
 
-    state = _search_loop(advance, state, tf.nest.map_structure(lambda t: _repeat_rows(t, k),
-                                                               initial_cache),
-                         shared_cache, limits, length, drop_finished)
+    # One row per hypothesis, the beams of an example adjacent.
+    cache = tf.nest.map_structure(lambda t: _repeat_rows(t, k), initial_cache)
+    state = _search_loop(advance, state, cache, shared_cache, limits, length, drop_finished)
     flags = state["finished_flags"]
     return DecodeResult(
         ids=tf.where(flags[:, :, None], state["finished_seq"][:, :, 1:], pad_id),

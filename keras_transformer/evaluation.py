@@ -82,7 +82,10 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: s
     metric = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True)
     bleu = metric.corpus_score([paper_tokenize(h, lang) for h in hypotheses],
                                [[paper_tokenize(r, lang) for r in references]])
-    return _result(TOKENIZED, metric, bleu)
+    result = _result(TOKENIZED, metric, bleu)
+    # sacreBLEU's "tok:none" says only that it did not tokenize again: name what did.
+    return dataclasses.replace(result, signature=result.signature.replace(
+        "tok:none", f"tok:moses-{lang}+compound-split"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,12 +4,14 @@
 (``encode`` / ``init_cache`` / ``decode_step``) and the search (``decoding.beam_search``, which sees the
 model only through one step function, made here by ``search_inputs``). It makes the decoding
 decisions: which tokens are never produced, how long each output may be, and whether the cache
-grows (the fastest) or is a fixed buffer (when XLA compiles the search). Its two functions are what
+grows (the fastest) or is a fixed buffer (when XLA compiles the search). Its functions are what
 the SavedModel exports:
 
 - ``translate_text(texts)``: ``tf.string [batch]`` -> ``{"translations", "scores", "truncated"}``;
 - ``translate_ids(source_ids)``: int32 ``[batch, length]`` -> the n-best ``{"ids", "scores", "lengths"}``,
-  core TensorFlow ops only (for servers built without the tf-text ops).
+  core TensorFlow ops only (for servers built without the tf-text ops);
+- ``translate_text_nbest(texts)``: ``tf.string [batch]`` -> the whole n-best list as text,
+  ``{"translations", "scores"}`` each ``[batch, beam]`` and ``"truncated"`` ``[batch]``.
 
 Inputs are answered, never crashed on: invalid UTF-8 is replaced by U+FFFD before tokenisation,
 characters never seen in training are spelled as bytes by the tokenizer, an empty or whitespace-only
@@ -48,6 +50,9 @@ class DecodingConfig:
 
 # The input of every text translation function: a batch of sentences, as TF Serving sends them.
 TEXT_INPUT_SPEC = tf.TensorSpec([None], tf.string, name="inputs")
+# The names an exported SavedModel serves the Translator's functions under (export.saved_model
+# writes them, the loaders below read them): translate_text, translate_ids, translate_text_nbest.
+TEXT_SIGNATURE, IDS_SIGNATURE, NBEST_SIGNATURE = "serving_default", "translate_ids", "translate_nbest"
 
 
 class Translator(tf.Module):
@@ -125,6 +130,28 @@ class Translator(tf.Module):
         SavedModel serves), traced once; it reads the model's variables on every call."""
         return tf.function(self.translate_text, input_signature=[TEXT_INPUT_SPEC])
 
+    def translate_text_nbest(self, texts):
+        """tf.string [batch] -> ``{"translations": tf.string [batch, beam], "scores": float32
+        [batch, beam], "truncated": bool [batch]}``: ``translate_ids``' whole n-best list,
+        detokenized, best first. A slot the search left empty has score ``-inf`` and an empty
+        text; an empty input has one hypothesis, the empty text with score 0, and ``-inf`` after
+        it (as ``translate_text`` answers it)."""
+        source_ids, truncated, empty = self.source_ids(texts)
+        nbest = self.translate_ids(source_ids)
+        ids = nbest["ids"]
+        # The beam axis is static, so the SavedModel signature shows [-1, beam].
+        beam = self.decoding.beam_size
+        translations = tf.reshape(self.tokenizer.detokenize(tf.reshape(ids, [-1, tf.shape(ids)[2]])),
+                                  [-1, beam])
+        empty_scores = tf.where(tf.range(beam) == 0, 0.0, float("-inf"))
+        return {"translations": tf.where(empty[:, None], tf.constant("", tf.string), translations),
+                "scores": tf.where(empty[:, None], empty_scores[None, :], nbest["scores"]),
+                "truncated": truncated}
+
+    def nbest_function(self):
+        """``translate_text_nbest`` as a ``tf.function`` over any batch of strings, traced once."""
+        return tf.function(self.translate_text_nbest, input_signature=[TEXT_INPUT_SPEC])
+
 
 def search_inputs(model, memory, memory_mask, max_decode_length=None, logits_bias=None):
     """``(initial_cache, shared_cache, symbols_to_logits_fn)`` for ``decoding.beam_search`` /
@@ -156,21 +183,42 @@ def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch
     ``translate_fn`` maps a tf.string [batch] to the dict of ``Translator.translate_text`` (or the
     same signature of an exported SavedModel). ``progress(n)`` is called after each batch.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be positive, got {batch_size}.")
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     results = [None] * len(sentences)
-    for start in range(0, len(order), batch_size):
-        indices = order[start:start + batch_size]
-        batch = tf.constant([sentences[i] for i in indices], tf.string)
-        outputs = {k: np.asarray(v) for k, v in translate_fn(batch).items()}
+    for indices, outputs in _length_sorted_batches(translate_fn, sentences, batch_size, progress):
         for row, index in enumerate(indices):
             results[index] = {"translation": outputs["translations"][row].decode("utf-8", "replace"),
                               "score": float(outputs["scores"][row]),
                               "truncated": bool(outputs["truncated"][row])}
+    return results
+
+
+def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], batch_size: int = 32,
+                               progress: Callable[[int], None] = None) -> List[dict]:
+    """``translate_in_batches`` for n-best lists: ``nbest_fn`` maps a tf.string [batch] to the dict
+    of ``Translator.translate_text_nbest`` (or the ``translate_nbest`` signature of an exported
+    SavedModel). One dict per sentence, in input order: ``{"translations": [str] * beam, "scores":
+    [float] * beam, "truncated": bool}``, best first."""
+    results = [None] * len(sentences)
+    for indices, outputs in _length_sorted_batches(nbest_fn, sentences, batch_size, progress):
+        for row, index in enumerate(indices):
+            results[index] = {"translations": [t.decode("utf-8", "replace")
+                                               for t in outputs["translations"][row]],
+                              "scores": [float(s) for s in outputs["scores"][row]],
+                              "truncated": bool(outputs["truncated"][row])}
+    return results
+
+
+def _length_sorted_batches(translate_fn, sentences, batch_size, progress):
+    """``(indices, outputs as NumPy)`` per batch of sentences of similar length (little padding)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}.")
+    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    for start in range(0, len(order), batch_size):
+        indices = order[start:start + batch_size]
+        batch = tf.constant([sentences[i] for i in indices], tf.string)
+        yield indices, {k: np.asarray(v) for k, v in translate_fn(batch).items()}
         if progress is not None:
             progress(len(indices))
-    return results
 
 
 def load_exported_translate_fn(path: str):
@@ -178,23 +226,54 @@ def load_exported_translate_fn(path: str):
     ``translate_fn`` for ``translate_in_batches`` / ``evaluation.translate_and_evaluate``. ``path``: a version folder, or the model's
     base folder (its highest numeric version). Returns ``(translate_fn, version_path)``; a missing
     or unusable export is a ValueError naming the path."""
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops of the text signature)
-
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
-        if not os.path.isdir(path):
-            raise ValueError(f"SavedModel {path} does not exist.")
-        versions = [int(n) for n in os.listdir(path)
-                    if n.isdigit() and os.path.isfile(os.path.join(path, n, "saved_model.pb"))]
-        if not versions:
-            raise ValueError(f"{path} holds no saved_model.pb and no numeric version folder with one.")
-        path = os.path.join(path, str(max(versions)))
-    try:
-        signature = tf.saved_model.load(path).signatures["serving_default"]
-    except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
-        raise ValueError(f"cannot load the SavedModel {path}: "
-                         f"{str(error).splitlines()[0][:300] if str(error) else type(error).__name__}"
-                         ) from None
+    loaded, path = _load_exported(path)
+    signature = loaded.signatures[TEXT_SIGNATURE]
     if "inputs" not in signature.structured_input_signature[1]:
         raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
                          "export without the _ids suffix.")
     return (lambda batch: signature(inputs=batch)), path
+
+
+def load_exported_nbest_fn(path: str):
+    """The ``translate_nbest`` signature of an exported SavedModel as an ``nbest_fn`` for
+    ``translate_nbest_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns
+    ``(nbest_fn, version_path, beam_size)``; an export without the signature (the ids-only one, or
+    one written before n-best lists were exported) is a ValueError naming the path."""
+    loaded, path = _load_exported(path)
+    if NBEST_SIGNATURE not in loaded.signatures:
+        if "inputs" not in loaded.signatures[TEXT_SIGNATURE].structured_input_signature[1]:
+            raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
+                             "export without the _ids suffix.")
+        raise ValueError(f"{path} has no {NBEST_SIGNATURE} signature: it was exported before "
+                         "n-best lists were; export the run again for them.")
+    signature = loaded.signatures[NBEST_SIGNATURE]
+    beam_size = signature.structured_outputs["scores"].shape[1]
+    return (lambda batch: signature(inputs=batch)), path, beam_size
+
+
+def _exported_version_path(path: str) -> str:
+    """``path`` if it holds a ``saved_model.pb``, else its highest numeric version folder that
+    does; a ValueError naming the path if there is none."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    if not os.path.isdir(path):
+        raise ValueError(f"SavedModel {path} does not exist.")
+    versions = [int(n) for n in os.listdir(path)
+                if n.isdigit() and os.path.isfile(os.path.join(path, n, "saved_model.pb"))]
+    if not versions:
+        raise ValueError(f"{path} holds no saved_model.pb and no numeric version folder with one.")
+    return os.path.join(path, str(max(versions)))
+
+
+def _load_exported(path):
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops of the text signatures)
+
+    path = _exported_version_path(path)
+    try:
+        loaded = tf.saved_model.load(path)
+        loaded.signatures[TEXT_SIGNATURE]  # a SavedModel not written by the export: KeyError
+    except (OSError, ValueError, KeyError, tf.errors.OpError) as error:
+        raise ValueError(f"cannot load the SavedModel {path}: "
+                         f"{str(error).splitlines()[0][:300] if str(error) else type(error).__name__}"
+                         ) from None
+    return loaded, path

@@ -17,7 +17,7 @@ evaluation, the translator, the exports and the programs.
 import json
 import math
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
 from keras_transformer import writing
 
@@ -32,6 +32,10 @@ VOCABULARY_FILE = "vocab.model"
 # Checkpoint names besides a path: the average of the last checkpoints (section 6.1) and the
 # best-dev-BLEU weights.
 LATEST, AVERAGED, BEST = "latest", "averaged", "best"
+# What evaluate, translate and export use by default: the first of these a run has (section 6.1
+# decodes with averaged weights). An averaged checkpoint older than the latest one (the run trained
+# on after averaging) is passed over; a best one is older by nature.
+DEFAULT_ORDER = (AVERAGED, BEST, LATEST)
 AVERAGED_PREFIX = os.path.join(AVERAGED, "ckpt")
 BEST_PREFIX = os.path.join(BEST, "ckpt")
 BEST_RECORD = os.path.join(BEST, "best.json")
@@ -128,13 +132,16 @@ def restore_model(model, path: str) -> None:
 
 
 def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
-    """The checkpoint prefix to restore: ``None``/``"latest"``: the latest of ``model_dir``;
-    ``"averaged"``: ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); ``"best"``:
+    """The checkpoint prefix to restore. ``None``: the first of ``DEFAULT_ORDER`` the run has
+    (see ``default_checkpoint``); ``"latest"``: the latest of ``model_dir``; ``"averaged"``:
+    ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); ``"best"``:
     ``model_dir/best/ckpt``; a directory: its latest checkpoint; otherwise a checkpoint prefix
     (``.../ckpt-1000``, without ``.index``)."""
     import tensorflow as tf
 
-    if checkpoint in (None, "", LATEST):
+    if checkpoint in (None, ""):
+        return default_checkpoint(model_dir)[1]
+    if checkpoint == LATEST:
         path = tf.train.latest_checkpoint(model_dir)
         if path is None:
             raise ValueError(f"no checkpoint in {model_dir} (no 'checkpoint' index file naming one): "
@@ -162,6 +169,27 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     return checkpoint
 
 
+def default_checkpoint(model_dir: str) -> Tuple[str, str]:
+    """``(name, prefix)`` of the checkpoint used when none is named: the first of
+    ``DEFAULT_ORDER`` that ``model_dir`` holds (an averaged one only if it is not older than the
+    latest checkpoint). A ValueError if the run has no checkpoint at all."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(model_dir)
+    averaged = os.path.join(model_dir, AVERAGED_PREFIX)
+    if os.path.isfile(averaged + ".index") and (
+            latest is None or os.path.getmtime(averaged + ".index") >= os.path.getmtime(latest + ".index")):
+        return AVERAGED, averaged
+    best = os.path.join(model_dir, BEST_PREFIX)
+    if os.path.isfile(best + ".index"):
+        return BEST, best
+    if latest is None:
+        raise ValueError(f"no checkpoint in {model_dir} (no 'checkpoint' index file naming one, no "
+                         f"{AVERAGED_PREFIX}, no {BEST_PREFIX}): train first, or pass "
+                         "checkpoint=PATH.")
+    return LATEST, latest
+
+
 def vocabulary_path(model_dir: str, run: dict, vocab_path: Optional[str] = None) -> str:
     """``vocab_path`` if given, else ``model_dir/vocab.model``, else the run's recorded
     ``vocab_path``, else its data config's default vocabulary path; the first that exists."""
@@ -185,8 +213,9 @@ def vocabulary_path(model_dir: str, run: dict, vocab_path: Optional[str] = None)
 def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_config=None,
                     vocab_path: Optional[str] = None):
     """A ``Translator`` for the training run in ``model_dir``: the model of its ``config.json``
-    with the weights of ``checkpoint`` (see ``resolve_checkpoint``; default the latest) and the
-    run's subword vocabulary (see ``vocabulary_path``). Inference runs in float32 whatever the
+    with the weights of ``checkpoint`` (see ``resolve_checkpoint``; by default the averaged, else
+    the best, else the latest) and the run's subword vocabulary (see ``vocabulary_path``). Its
+    ``checkpoint`` attribute names the prefix restored. Inference runs in float32 whatever the
     training precision (the variables are float32 either way). Every missing file is a ValueError
     naming it."""
     import tensorflow as tf
@@ -206,4 +235,6 @@ def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_c
     except (AssertionError, tf.errors.OpError) as error:
         raise ValueError(f"checkpoint {path} does not fit the model of {model_dir}/{CONFIG_FILE}: "
                          f"{str(error).splitlines()[0][:300]}") from None
-    return Translator(model, tokenizer, decoding_config or DecodingConfig())
+    translator = Translator(model, tokenizer, decoding_config or DecodingConfig())
+    translator.checkpoint = path
+    return translator

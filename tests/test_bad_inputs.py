@@ -224,6 +224,7 @@ COMMAND_CASES = (
        ("export", ["--model_dir={run}", "--rest_api_port=70000"], "--rest_api_port=70000"),
        ("export", ["--model_dir={run}", "--name=../x"], "--name='../x'"),
        ("export", [], "--model_dir"),
+       ("wmt", [], "which data? --dataset="),
        ("average_checkpoints", [], "--model_dir"),
        ("average_checkpoints", ["--model_dir={run}", "--last=0"], "--last=0"),
        ("average_checkpoints", ["--model_dir={run}", "--last=3"], "--last=3 but"),

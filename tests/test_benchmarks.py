@@ -129,3 +129,26 @@ def test_targets_are_judged_against_the_issue_goals():
     assert met["beam4: identical outputs to CTranslate2"] == "yes"  # 99/100
     assert met["greedy: identical outputs to CTranslate2"] == "**no**"  # 98/100
     assert met["cached decoding linear in output length: ms/step at 128 / at 8 tokens"] == "yes"
+
+
+def test_search_ab_compares_two_versions_of_the_search(tmp_path):
+    """benchmarks.search_ab with today's decoding.py on both sides (copied, so it loads as a
+    second module): identical outputs, two timings and their ratio in the JSON."""
+    import shutil
+
+    before = tmp_path / "decoding.py"
+    shutil.copy(os.path.join(ROOT, "keras_transformer", "decoding.py"), before)
+    output = tmp_path / "ab.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.search_ab", f"--before={before}", "--preset=tiny",
+         "--configs=beam2:2:off,greedy:2:off", "--rounds=2", "--source_length=10",
+         "--extra_length=4", f"--output={output}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(output.read_text())["results"]
+    assert set(results) == {"beam2:2:off", "greedy:2:off"}
+    for row in results.values():
+        assert len(row["runs"]["before"]) == len(row["runs"]["after"]) == 2
+        assert row["speed_after_over_before"] == pytest.approx(
+            row["median_seconds"]["before"] / row["median_seconds"]["after"])
+    assert "identical outputs" in result.stdout

@@ -62,7 +62,7 @@ def test_copy_model_gets_the_expected_bleu(batch_size):
     assert result.sentences == len(FIXTURE)
     sacre_line, tokenized_line = result.lines()
     assert sacre_line.startswith("sacreBLEU = ") and "tok:13a" in sacre_line
-    assert tokenized_line.startswith("tokenized BLEU") and "tok:none" in tokenized_line
+    assert tokenized_line.startswith("tokenized BLEU") and "tok:moses-de+compound-split" in tokenized_line
 
 
 def test_perfect_translations_score_100_both_ways():

@@ -1,8 +1,10 @@
 """The SavedModel: both signatures reload exactly in a fresh process, load the way TF Serving loads
-them (session-based loader, PredictRequest/PredictResponse), and list in saved_model_cli."""
+them (session-based loader, PredictRequest/PredictResponse), and list in saved_model_cli; the n-best
+signature gives the search's own n-best lists."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -14,6 +16,8 @@ from tensorflow_serving.apis import predict_pb2
 
 from keras_transformer.export import (CONFIG_ASSET, IDS_SIGNATURE, TEXT_SIGNATURE, VOCABULARY_ASSET,
                                       export_for_serving, export_saved_model)
+from keras_transformer.export.saved_model import NBEST_SIGNATURE
+from keras_transformer.inference import load_exported_nbest_fn
 from test_inference import SENTENCES, small_translator
 
 INPUTS = SENTENCES + ["", "the cat " * 30]
@@ -132,6 +136,7 @@ def test_saved_model_cli_lists_both_signatures(exported):
     shown = subprocess.run([cli, "show", "--all", "--dir", text_path], capture_output=True, text=True,
                            timeout=120).stdout
     assert f"signature_def['{TEXT_SIGNATURE}']" in shown and f"signature_def['{IDS_SIGNATURE}']" in shown
+    assert f"signature_def['{NBEST_SIGNATURE}']" in shown
     assert "inputs['inputs']" in shown and "outputs['translations']" in shown
     assert "inputs['source_ids']" in shown
 
@@ -144,3 +149,44 @@ def test_existing_version_and_unwritable_target_are_clear_errors(exported, tmp_p
     blocker.write_text("not a folder")
     with pytest.raises(ValueError, match="cannot write .*file/model/1: Not a directory"):
         export_saved_model(translator, str(blocker / "model"))
+
+
+def write_old_export(path):
+    """A SavedModel like the exports written before the n-best signature: a text serving_default
+    only (its outputs are placeholders; nothing here translates with it)."""
+
+    class Old(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+        def serve(self, inputs):
+            return {"translations": inputs, "scores": tf.zeros(tf.shape(inputs)),
+                    "truncated": tf.zeros(tf.shape(inputs), tf.bool)}
+
+    old = Old()
+    tf.saved_model.save(old, path, signatures={"serving_default": old.serve})
+
+
+def test_nbest_signature_is_the_searchs_whole_nbest_list(exported, tmp_path):
+    translator, export_dir, text_path, ids_path, expected = exported
+    nbest_fn, path, beam_size = load_exported_nbest_fn(os.path.join(export_dir, "tiny"))
+    assert path == text_path and beam_size == 2
+    out = {k: np.asarray(v) for k, v in nbest_fn(tf.constant(INPUTS)).items()}
+    ids = expected["ids"]["ids"]
+    texts = np.asarray(translator.tokenizer.detokenize(ids.reshape(-1, ids.shape[2]))).reshape(ids.shape[:2])
+    for row, text in enumerate(INPUTS):
+        if text:
+            assert out["translations"][row].tolist() == texts[row].tolist()
+            np.testing.assert_allclose(out["scores"][row], expected["ids"]["scores"][row], rtol=1e-6)
+        else:  # as the text signature answers an empty input: "" with score 0, and nothing after
+            assert out["translations"][row].tolist() == [b"", b""]
+            assert out["scores"][row].tolist() == [0.0, float("-inf")]
+    # The best of each list is what the text signature answers.
+    assert out["translations"][:, 0].tolist() == expected["text"]["translations"].tolist()
+    np.testing.assert_allclose(out["scores"][:, 0], expected["text"]["scores"], rtol=1e-6)
+    assert out["truncated"].tolist() == expected["text"]["truncated"].tolist()
+
+    with pytest.raises(ValueError, match="has no text signature: it is the ids-only export"):
+        load_exported_nbest_fn(ids_path)
+    write_old_export(str(tmp_path / "old" / "1"))
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/old/1 has no {NBEST_SIGNATURE} "
+                                                   "signature: it was exported before n-best lists")):
+        load_exported_nbest_fn(str(tmp_path / "old"))

@@ -50,7 +50,7 @@ def small_run_flags(tmp_path, files):
     return [f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}",
             "--dataset=files", f"--train_data={files['train']}", f"--dev_data={files['dev']}",
             f"--test_data={files['test']}", f"--data_dir={tmp_path / 'data'}", "--vocab_size=320",
-            "--preset=tiny", "--train_steps=4", "--checkpoint_every_steps=2", "--average_last=2",
+            "--preset=tiny", "--train_steps=4", "--checkpoint_every_steps=1", "--average_last=2",
             "--log_every_steps=1", "--max_length=24", "--token_budget=256", "--beam_size=2",
             "--samples=3", "--mixed_precision=float32", "--num_heads=2"]
 
@@ -67,7 +67,8 @@ def test_every_stage_runs_and_is_announced(smoke):
     _, stdout = smoke
     for number, stage in enumerate(("data", "train", "average", "evaluate", "export", "translate"), 1):
         assert f"=== [{number}/6] {stage}:" in stdout
-    assert re.search(r"^  step 4/4 \| loss [\d.]+", stdout, re.M)  # the trainer's progress line
+    # the trainer's progress line, timestamped
+    assert re.search(r"^  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d step 4/4 \| loss [\d.]+", stdout, re.M)
 
 
 def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
@@ -95,6 +96,45 @@ def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
 
 def read_tsv(path):
     return [line.split("\t") for line in open(path, encoding="utf-8").read().splitlines()]
+
+
+def test_it_keeps_only_the_checkpoints_it_averages_and_the_best(smoke):
+    tmp_path, _ = smoke
+    run_dir = tmp_path / "run"
+    kept = sorted(name for name in os.listdir(run_dir) if re.fullmatch(r"ckpt-\d+\.index", name))
+    assert kept == ["ckpt-3.index", "ckpt-4.index"]  # 4 saved, --average_last=2
+    assert (run_dir / "best" / "ckpt.index").is_file() and (run_dir / "averaged" / "ckpt.index").is_file()
+
+
+def test_a_second_run_after_success_trains_nothing_and_reprints_the_report(smoke):
+    tmp_path, stdout = smoke
+    run_dir = tmp_path / "run"
+    before = {name: os.path.getmtime(run_dir / name) for name in os.listdir(run_dir)}
+    code, again, stderr = run(*small_run_flags(tmp_path, {split: str(tmp_path / f"{split}.tsv")
+                                                          for split in ("train", "dev", "test")}))
+    assert code == 0, again[-3000:] + stderr[-3000:]
+    assert "=== [2/6] train" not in again and "finished run" in again
+    report = stdout[stdout.index("=" * 78):].strip()
+    assert report in again  # the same report, word for word
+    assert {name: os.path.getmtime(run_dir / name) for name in os.listdir(run_dir)} == before
+    for line in ("files ", "disk: ", "tensorboard --logdir=", "--train_more",
+                 "python -m trainers.wmt --dataset=wmt14_en_de --preset=base"):
+        assert line in report, line
+
+
+def test_tensorboard_shows_dev_translations_as_text(smoke):
+    import tensorflow as tf
+
+    tmp_path, _ = smoke
+    dev = tmp_path / "run" / "dev"
+    texts = [tf.make_ndarray(value.tensor).item().decode()
+             for name in os.listdir(dev)
+             for event in tf.compat.v1.train.summary_iterator(str(dev / name))
+             for value in event.summary.value if value.tag == "translations"]
+    assert texts, "no dev translations in TensorBoard"
+    sources = [source for source, _ in read_tsv(tmp_path / "dev.tsv")]
+    assert texts[-1].startswith("| source | reference | translation |")
+    assert sources[0] in texts[-1]
 
 
 def test_trainer_flags_reach_the_trainer(smoke):

@@ -5,7 +5,9 @@ Things that need a fresh TensorFlow or several processes run tests/training_subp
 """
 
 import json
+import math
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -97,6 +99,13 @@ def test_mirrored_two_devices_equals_one_device(tmp_path):
     # on one device and on two.
     assert result["fit_vs_custom_loop_diff"] < 1e-5
     assert result["fit_mirrored_vs_one_diff"] < 1e-5
+    # The reported gradient norm is tf.linalg.global_norm of the gradient of the global batch's
+    # mean loss, on one device and on two; the paper's Adam on two devices applies exactly that
+    # gradient (its first moment after one step is (1 - beta_1) times it), not twice it.
+    reference = result["reference_gradient_norm"]
+    assert reference > 1e-3
+    np.testing.assert_allclose(result["sgd_grad_norms"], [reference] * 2, rtol=1e-4)
+    np.testing.assert_allclose(result["paper_grad_norms_two"], [reference] * 2, rtol=1e-4)
 
 
 def _build(optimizer):
@@ -160,8 +169,13 @@ def test_tiny_preset_learns_to_reverse_sequences(tmp_path):
     for name in os.listdir(tmp_path / "train"):
         for event in tf.compat.v1.train.summary_iterator(str(tmp_path / "train" / name)):
             tags.update(value.tag for value in event.summary.value)
-    assert {"loss", "learning_rate", "tokens_per_second", "padding_fraction"} <= tags
-    assert os.listdir(tmp_path / "dev")
+    assert {"loss", "learning_rate", "grad_norm", "step_seconds", "target_tokens_per_second",
+            "tokens_per_second", "padding_fraction"} <= tags
+    dev_tags = set()
+    for name in os.listdir(tmp_path / "dev"):
+        for event in tf.compat.v1.train.summary_iterator(str(tmp_path / "dev" / name)):
+            dev_tags.update(value.tag for value in event.summary.value)
+    assert {"loss", "nll", "perplexity", "accuracy"} <= dev_tags
 
 
 @pytest.mark.parametrize("jit_compile,precision", [
@@ -179,15 +193,71 @@ def test_xla_and_mixed_precision_train(tmp_path, jit_compile, precision):
         precision == "float16")
 
 
-def test_progress_line_shows_step_loss_rate_speed_and_time_left():
+# One progress line: a timestamp, then "name value" fields separated by " | ".
+PROGRESS = re.compile(
+    r"^(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) step (?P<step>\d+)/(?P<total>\d+) \| "
+    r"loss (?P<loss>[\d.]+) \| acc (?P<acc>[\d.]+) \| lr (?P<lr>[\d.e+-]+) \| gnorm (?P<gnorm>[\d.e+-]+) \| "
+    r"(?P<step_seconds>[\d.]+) s/step(?P<first> \(includes building and compiling\))? \| "
+    r"(?P<target_rate>[\d,]+) tgt tok/s \| (?P<rate>[\d,]+) src\+tgt tok/s \| pad (?P<pad>[\d.]+)% \| "
+    r"(?P<elapsed>[\d:]+) elapsed, (?P<left>[\d:?]+) left$")
+DEV = re.compile(r"^\S+ \S+ step (?P<step>\d+) \| dev loss (?P<loss>[\d.]+) \| dev nll (?P<nll>[\d.]+) \| "
+                 r"dev ppl (?P<ppl>[\d.]+) \| dev acc (?P<acc>[\d.]+)( \| dev BLEU (?P<bleu>[\d.]+))?$")
+
+
+def test_a_progress_line_parses_into_its_fields():
     from keras_transformer.training import ProgressLine
 
     lines = []
-    ProgressLine(lines.append, total_steps=100).on_log(40, dict(
-        loss=4.5, accuracy=0.25, learning_rate=7e-4, tokens_per_second=12345.6,
-        padding_fraction=0.08, elapsed_seconds=3600.0, remaining_seconds=5400.0))
-    assert lines == ["step 40/100 | loss 4.5000 | acc 0.250 | lr 7.00e-04 | 12,346 tok/s | "
-                     "pad 8.0% | 1:00:00 elapsed, 1:30:00 left"]
+    progress = ProgressLine(lines.append, total_steps=100)
+    progress.on_begin(0)
+    logs = dict(loss=4.5, accuracy=0.25, learning_rate=7e-4, grad_norm=0.8312,
+                step_seconds=0.52, target_tokens_per_second=6000.4, tokens_per_second=12345.6,
+                padding_fraction=0.08, elapsed_seconds=3600.0, remaining_seconds=5400.0)
+    progress.on_log(1, logs)
+    progress.on_log(40, logs)
+    progress.on_dev(40, dict(loss=4.1, nll=3.5, perplexity=math.exp(3.5), accuracy=0.4, bleu=9.81))
+    assert "building" in lines[0] and "step 1" in lines[0]
+    first, later = PROGRESS.match(lines[1]), PROGRESS.match(lines[2])
+    assert first and later, lines
+    assert first["first"] and not later["first"]  # only the first step includes compiling
+    fields = later.groupdict()
+    assert abs(time.time() - time.mktime(time.strptime(fields["time"], "%Y-%m-%d %H:%M:%S"))) < 60
+    assert (int(fields["step"]), int(fields["total"])) == (40, 100)
+    assert (float(fields["loss"]), float(fields["acc"]), float(fields["lr"])) == (4.5, 0.25, 7e-4)
+    assert float(fields["gnorm"]) == pytest.approx(0.8312, rel=1e-3)
+    assert float(fields["step_seconds"]) == 0.52 and float(fields["pad"]) == 8.0
+    assert int(fields["target_rate"].replace(",", "")) == 6000
+    assert int(fields["rate"].replace(",", "")) == 12346
+    assert (fields["elapsed"], fields["left"]) == ("1:00:00", "1:30:00")
+    dev = DEV.match(lines[3])
+    assert dev, lines[3]
+    assert float(dev["ppl"]) == pytest.approx(math.exp(float(dev["nll"])), rel=1e-3)
+    assert float(dev["bleu"]) == 9.81 and float(dev["loss"]) == 4.1
+
+
+def test_dev_perplexity_is_exp_of_the_unsmoothed_nll_per_target_subword():
+    """TrainStep.evaluate against a hand computation from the model's logits: the mean of
+    -log softmax(logits)[label] over real target tokens, and its exp (Table 3's PPL)."""
+    keras.utils.set_random_seed(3)
+    model = kt.Transformer(TINY)
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(model.trainable_variables)
+    step = TrainStep(model, optimizer, label_smoothing=0.1)
+    batches = [toy_batch(seed, task="copy", vocab_size=16, batch_size=4, min_length=1,
+                         max_length=6) for seed in (0, 1)]
+    logs = step.evaluate(batches)
+    negative_log_likelihoods = []
+    for (source, target_in), target_out in batches:
+        logits = np.asarray(model((source, target_in), training=False), np.float64)
+        log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+        labels = np.asarray(target_out)
+        picked = np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+        negative_log_likelihoods += list(-picked[labels != 0])
+    nll = float(np.mean(negative_log_likelihoods))
+    assert logs["target_tokens"] == len(negative_log_likelihoods)
+    assert logs["nll"] == pytest.approx(nll, rel=1e-5)
+    assert logs["perplexity"] == pytest.approx(math.exp(nll), rel=1e-5)
+    assert abs(logs["loss"] - logs["nll"]) > 1e-4  # the label-smoothed loss is another number
 
 
 # --- checkpoints ---------------------------------------------------------------------------------
@@ -404,12 +474,20 @@ def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
         [sys.executable, "-m", "trainers.wmt", "--preset=tiny", "--dataset=files",
          f"--train_data={tmp_path / 'train.tsv'}", f"--dev_data={tmp_path / 'dev.tsv'}",
          f"--data_dir={tmp_path / 'data'}", "--vocab_size=296", "--max_length=16",
-         "--token_budget=256", "--strategy=mirrored", "--num_cpu_devices=2", "--train_steps=6",
+         "--token_budget=256", "--num_cpu_devices=2", "--train_steps=6",
          "--log_every_steps=3", "--checkpoint_every_steps=2", "--average_last=2",
          "--dev_every_steps=0", f"--model_dir={tmp_path / 'run'}"],
         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "step 3/6 | loss" in result.stdout and "tok/s" in result.stdout
+    assert "step 3/6 | loss" in result.stdout and "tgt tok/s" in result.stdout
+    assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d step 1: building", result.stdout, re.M)
+    # --strategy=auto (the default): mirrored, as the two logical devices are visible
+    assert "strategy=mirrored over 2 replica(s)" in result.stdout
+    # Quiet at the source: no INFO lines of TFDS, tf.distribute or absl (I<month><day> ...) at
+    # default verbosity. (TensorFlow's C++ start-up lines, I0000 ..., come before any setting.)
+    output = result.stdout + result.stderr
+    assert not re.search(r"^I(?!0000)\d{4} |INFO:|Load dataset info|Using MirroredStrategy|"
+                         r"Sharding callback", output, re.M), output[-3000:]
     assert "| dev BLEU " in result.stdout  # DevBleu ran under the mirrored strategy
     summary = read_json(tmp_path / "run" / "summary.json")
     assert summary["steps"] == 6 and summary["num_replicas"] == 2

@@ -1,12 +1,19 @@
 """trainers.translate and trainers.export as a user runs them: on a training run's model_dir written by
 the trainer itself, checkpoint mode, export, SavedModel mode and the in-memory Translator agree, input
-order and empty lines survive batching, and bad input gets a one-line error, not a traceback."""
+order and empty lines survive batching, n-best lists are the search's own, typed and piped lines are
+answered before the input ends, and bad input gets a one-line error, not a traceback."""
 
+import contextlib
 import json
 import os
+import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import keras
 import numpy as np
@@ -95,7 +102,7 @@ def test_checkpoint_mode_matches_in_memory_translator_in_input_order(setup, chec
             assert text == want_text.replace("\n", " ")
             assert score == pytest.approx(float(want_score), abs=2e-4)
     assert f"line(s) {TRUNCATED_LINE}." in stderr  # the long line is flagged by number
-    assert "6/6" in stderr  # the progress bar (on stderr: stdout may carry translations)
+    assert "6/6" not in stderr  # no progress bar when stderr is a log, not a terminal
     assert "Traceback" not in stderr
 
 
@@ -104,6 +111,9 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
     code, stdout, stderr = run("export", f"--model_dir={setup['model_dir']}", f"--export_dir={export_dir}",
                                "--name=tiny", "--beam_size=2", "--extra_length=6")
     assert code == 0, stderr
+    # The checkpoint it used, and why (the run has no averaged or best one), and the search.
+    assert (f"export: {os.path.join(setup['model_dir'], 'ckpt-1')} (latest; the default: averaged, "
+            "else best, else latest), beam 2, alpha 0.6, extra length 6") in stderr
     printed = stdout.decode()
     assert os.path.join(export_dir, "tiny", "1") in printed.splitlines()
     assert os.path.join(export_dir, "tiny_ids", "1") in printed.splitlines()
@@ -119,6 +129,14 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
     assert code == 0, stderr
     assert os.path.join(export_dir, "tiny", "7") in stderr
     assert stdout == checkpoint_output[0]
+
+    # The n-best lists through the export's translate_nbest signature: those of the search.
+    code, stdout, stderr = run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
+                               "--n_best=2", f"--input={setup['input']}")
+    assert code == 0, stderr
+    assert f"{os.path.join(export_dir, 'tiny', '7')} (SavedModel), beam 2, alpha 0.6, extra length 6" \
+        in stderr
+    assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], **BEAM), 2)
 
     # An existing version is refused before anything is loaded.
     assert_clean_error(run("export", f"--model_dir={setup['model_dir']}", f"--export_dir={export_dir}",
@@ -152,3 +170,212 @@ def test_load_translator_finds_the_vocabulary_and_checkpoint_or_names_what_is_mi
     assert out["translations"].numpy()[0].decode() == setup["expected"][line][0]
     with pytest.raises(ValueError, match="ckpt-9' not found"):
         load_translator(str(moved), str(moved / "ckpt-9"))
+
+
+def search_nbest(model_dir, checkpoint=None, **decoding):
+    """The search's own n-best lists for the LINES with text, for the weights of ``checkpoint``:
+    ``Translator.translate_ids`` detokenized, ``{line: ([text] * beam, [score] * beam)}``."""
+    from keras_transformer.runs import load_translator
+
+    translator = load_translator(model_dir, checkpoint, DecodingConfig(**decoding))
+    lines = [line for line in LINES if line.strip()]
+    source_ids, _, _ = translator.source_ids(tf.constant(lines))
+    out = tf.function(translator.translate_ids)(source_ids)
+    ids = np.asarray(out["ids"])
+    texts = np.asarray(translator.tokenizer.detokenize(ids.reshape(-1, ids.shape[2])))
+    texts = texts.reshape(ids.shape[:2])
+    return {line: ([t.decode() for t in row], scores.tolist())
+            for line, row, scores in zip(lines, texts, np.asarray(out["scores"]))}
+
+
+def parse_nbest(stdout_bytes):
+    """INDEX<TAB>SCORE<TAB>TEXT lines -> {index: [(score, text)]}, in the order printed."""
+    rows = {}
+    for line in stdout_bytes.decode("utf-8").split("\n")[:-1]:
+        index, score, text = line.split("\t", 2)
+        rows.setdefault(int(index), []).append((float(score), text))
+    return rows
+
+
+def assert_nbest_lists(rows, expected, n_best):
+    assert list(rows) == list(range(len(LINES)))  # every input, in input order
+    for index, line in enumerate(LINES):
+        scores = [score for score, _ in rows[index]]
+        texts = [text for _, text in rows[index]]
+        if not line.strip():
+            assert rows[index] == [(0.0, "")] + [(float("-inf"), "")] * (n_best - 1)
+            continue
+        want_texts, want_scores = expected[line]
+        assert texts == [t.replace("\n", " ") for t in want_texts[:n_best]]
+        assert scores == pytest.approx(want_scores[:n_best], abs=2e-4)
+        assert len(set(texts)) == n_best  # distinct hypotheses
+        assert scores == sorted(scores, reverse=True)  # best first
+
+
+@pytest.fixture(scope="module")
+def old_export(tmp_path_factory):
+    """A SavedModel as exported before the n-best signature; it "translates" each sentence into
+    itself at once, which is all the tests of input and output below need."""
+    from test_export import write_old_export
+
+    path = str(tmp_path_factory.mktemp("old_export"))
+    write_old_export(os.path.join(path, "1"))
+    return path
+
+
+def test_n_best_with_an_export_older_than_the_n_best_signature_is_one_line(old_export):
+    code, stdout, stderr = run("translate", f"--saved_model={old_export}", "--n_best=2", "--text=Hello.")
+    assert code == 1 and stdout == b"" and "Traceback" not in stderr
+    # (TensorFlow's own start-up lines aside)
+    assert [line for line in stderr.splitlines() if line.startswith("translate:")] == [
+        f"translate: error: --n_best=2: {os.path.join(old_export, '1')} has no translate_nbest "
+        "signature: it was exported before n-best lists were; export the run again for them."], stderr
+
+
+def test_a_reader_that_stops_early_ends_translate_quietly(old_export):
+    process = translate_process(f"--saved_model={old_export}", stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # as `... | head -0` does
+    _, stderr = process.communicate(b"Hello.\n" * 3, timeout=120)
+    assert process.returncode == 128 + signal.SIGPIPE  # what `yes | head` gives `yes`
+    assert "Traceback" not in stderr.decode() and "Broken pipe" not in stderr.decode(), stderr
+
+
+def read_until(stream, done, timeout=240):
+    """What the pipe ``stream`` delivers until ``done(data)``; fails after ``timeout`` seconds."""
+    data, deadline = b"", time.monotonic() + timeout
+    while not done(data):
+        left = deadline - time.monotonic()
+        assert left > 0, f"nothing more after {timeout} s; so far {data!r}"
+        if select.select([stream], [], [], left)[0]:
+            chunk = os.read(stream.fileno(), 1 << 16)
+            assert chunk, f"end of output; so far {data!r}"
+            data += chunk
+    return data
+
+
+def translate_process(*args, **streams):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.Popen([sys.executable, "-m", "trainers.translate", *args], cwd=ROOT, env=env,
+                            **streams)
+
+
+@contextlib.contextmanager
+def interactive_translate(*args):
+    """translate with stdin a terminal (a pseudo-terminal's far end) and nothing else named: the
+    interactive mode. Yields the process and the terminal's near end, to type into."""
+    terminal, far_end = os.openpty()
+    process = translate_process(*args, stdin=far_end, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+    os.close(far_end)
+    try:
+        yield process, terminal
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(terminal)
+
+
+def copy_with_a_fresh_average(setup, tmp_path):
+    """A copy of the run with an averaged checkpoint newer than its latest; returns (model_dir,
+    averaged prefix). The average of one checkpoint: ckpt-1's weights."""
+    from keras_transformer import runs
+    from keras_transformer.training import write_averaged_checkpoint
+
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(setup["model_dir"], model_dir)  # keeps ckpt-1's time: the average is newer
+    model = runs.build_model(runs.model_config(runs.read_config(model_dir)))
+    averaged = write_averaged_checkpoint(model, [os.path.join(model_dir, "ckpt-1")],
+                                         os.path.join(model_dir, runs.AVERAGED_PREFIX))
+    return model_dir, averaged
+
+
+def test_evaluate_uses_the_averaged_checkpoint_and_says_so(setup, tmp_path):
+    model_dir, averaged = copy_with_a_fresh_average(setup, tmp_path)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("A dog runs.\tEin Hund rennt.\nDas ist Satz 5.\tDas ist Satz 5.\n")
+    code, stdout, stderr = run("evaluate", f"--model_dir={model_dir}", "--dataset=files",
+                               f"--train_data={pairs}", f"--test_data={pairs}", "--beam_size=2",
+                               "--extra_length=6")
+    assert code == 0, stderr
+    assert (f"evaluate: {averaged} (averaged; the default: averaged, else best, else latest), "
+            "beam 2, alpha 0.6, extra length 6 on files test (2 sentences)") in stdout.decode()
+
+
+def test_interactive_mode_answers_each_line_at_once_with_a_fresh_averaged_checkpoint(setup, tmp_path):
+    model_dir, averaged = copy_with_a_fresh_average(setup, tmp_path)
+    with interactive_translate(f"--model_dir={model_dir}", "--beam_size=2",
+                               "--extra_length=6") as (process, terminal):
+        stderr = read_until(process.stderr, lambda data: data.endswith(b"> ")).decode()
+        assert (f"translate: {averaged} (averaged; the default: averaged, else best, else latest), "
+                "beam 2, alpha 0.6, extra length 6") in stderr
+        line = b"A dog runs."
+        os.write(terminal, line + b"\n")
+        answer = read_until(process.stdout, lambda data: data.endswith(b"\n"))
+        assert answer.decode() == setup["expected"][line][0] + "\n"  # the average of one: ckpt-1
+        assert process.poll() is None  # answered while the input is still open
+        os.write(terminal, b"\x04")  # Ctrl-D at the start of a line: end of input
+        assert process.wait(timeout=120) == 0
+        stderr += process.stderr.read().decode()
+        assert "translate: 1 line(s) translated" in stderr and "Traceback" not in stderr, stderr
+
+
+def test_ctrl_c_ends_the_interactive_mode_cleanly(old_export):
+    with interactive_translate(f"--saved_model={old_export}") as (process, terminal):
+        read_until(process.stderr, lambda data: data.endswith(b"> "))
+        os.write(terminal, b"Hello.\n")
+        assert read_until(process.stdout, lambda data: data.endswith(b"\n")) == b"Hello.\n"
+        read_until(process.stderr, lambda data: data.endswith(b"> "))  # waiting for the next line
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0
+        stderr = process.stderr.read().decode()
+        assert "translate: 1 line(s) translated" in stderr and "Traceback" not in stderr, stderr
+
+
+def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(setup):
+    """--n_best=3 on a pipe kept open: the first lines' lists are printed before more input comes,
+    and every list is the search's own (texts, scores, order) for the same checkpoint."""
+    # stderr a terminal (a pseudo-terminal's far end) and stdout a pipe: the progress counter.
+    terminal, far_end = os.openpty()
+    process = translate_process(f"--model_dir={setup['model_dir']}", "--n_best=3", "--beam_size=3",
+                                "--extra_length=6", "--batch_size=1", stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=far_end)
+    os.close(far_end)
+    shown = []
+
+    def drain():  # a terminal's buffer is small: read it as it comes
+        try:
+            while chunk := os.read(terminal, 1 << 16):
+                shown.append(chunk)
+        except OSError:  # EIO: the program has ended
+            pass
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        first, rest = LINES[:3], LINES[3:]
+        process.stdin.write(b"\n".join(first) + b"\n")
+        process.stdin.flush()
+        stdout = read_until(process.stdout, lambda data: data.count(b"\n") == 3 * len(first))
+        assert process.poll() is None  # answered while the input is still open
+        # The rest at once: more than a chunk (CHUNK_BATCHES lines with --batch_size=1).
+        process.stdin.write(b"\n".join(rest) + b"\n")
+        process.stdin.close()
+        stdout += process.stdout.read()
+        assert process.wait(timeout=120) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(timeout=10)
+    os.close(terminal)
+    assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], beam_size=3,
+                                                         extra_length=6), 3)
+    stderr = b"".join(shown).decode("utf-8", "replace")
+    # Which checkpoint (the run has no averaged or best one) and the search settings.
+    assert (f"translate: {os.path.join(setup['model_dir'], 'ckpt-1')} (latest; the default: averaged, "
+            "else best, else latest), beam 3, alpha 0.6, extra length 6") in stderr
+    assert re.search(r"\d+/Unknown", stderr), stderr  # the counter (a pipe's length is unknown)
+    assert f"line(s) {TRUNCATED_LINE}." in stderr and "Traceback" not in stderr, stderr
+    # More hypotheses than the beam holds: refused before anything is loaded.
+    assert_clean_error(run("translate", f"--model_dir={setup['model_dir']}", "--text=Hello.",
+                           "--n_best=3", "--beam_size=2"), "--n_best=3 exceeds --beam_size=2")

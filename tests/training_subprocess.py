@@ -71,12 +71,31 @@ def mirrored(out):
             return inputs, tf.constant(target[part])
         return strat.experimental_distribute_values_from_function(value_fn)
 
-    def custom_loop(strat, optimizer_fn, jit=False, steps=2):
+    def custom_loop(strat, optimizer_fn, jit=False, steps=2, norms=None):
         model, optimizer = build(strat, optimizer_fn)
         step = TrainStep(model, optimizer, strat, jit_compile=jit)
         batch = distributed(strat)
-        losses = [float(step.step_on_batches((batch,))["loss_sum"]) for _ in range(steps)]
+        losses = []
+        for _ in range(steps):
+            stats = step.step_on_batches((batch,))
+            losses.append(float(stats["loss_sum"]))
+            if norms is not None:
+                norms.append(float(stats["grad_norm"]))
+        momentum = [v for v in optimizer.variables if "momentum" in v.path]  # Adam's first moment
+        if norms is not None and momentum:
+            norms.append(float(tf.linalg.global_norm(momentum)) / (1 - 0.9))
         return losses, [v.numpy() for v in model.trainable_variables]
+
+    def reference_gradient_norm():
+        """The gradient of the mean label-smoothed loss over the global batch, on one device."""
+        from keras_transformer.training.loss import label_smoothed_cross_entropy
+
+        model, _ = build(tf.distribute.get_strategy(), lambda: keras.optimizers.SGD(0.5))
+        with tf.GradientTape() as tape:
+            logits = model((tf.constant(source), tf.constant(target_in)), training=True)
+            loss_sum, tokens = label_smoothed_cross_entropy(tf.constant(target), logits, 0.1)
+            loss = loss_sum / tokens
+        return float(tf.linalg.global_norm(tape.gradient(loss, model.trainable_variables)))
 
     def fit(strat):
         model, optimizer = build(strat, lambda: keras.optimizers.SGD(0.5))
@@ -95,8 +114,13 @@ def mirrored(out):
 
     one = tf.distribute.get_strategy()
     sgd = lambda: keras.optimizers.SGD(0.5)  # noqa: E731
-    sgd_one, sgd_one_weights = custom_loop(one, sgd)
-    sgd_two, sgd_two_weights = custom_loop(strategy, sgd)
+    sgd_norms_one, sgd_norms_two, paper_norms_two = [], [], []
+    sgd_one, sgd_one_weights = custom_loop(one, sgd, norms=sgd_norms_one)
+    sgd_two, sgd_two_weights = custom_loop(strategy, sgd, norms=sgd_norms_two)
+    from keras_transformer.training.schedule import paper_optimizer
+
+    custom_loop(strategy, lambda: paper_optimizer(32, warmup_steps=4), steps=1,
+                norms=paper_norms_two)
     jit_two, _ = custom_loop(strategy, sgd, jit=True)
     _, initial = custom_loop(one, sgd, steps=0)
     fit_one = fit(one)
@@ -109,6 +133,10 @@ def mirrored(out):
         "sgd_weight_change": max_diff(sgd_one_weights, initial),
         "fit_vs_custom_loop_diff": max_diff(fit_one, sgd_one_weights),
         "fit_mirrored_vs_one_diff": max_diff(fit_one, fit_two),
+        "reference_gradient_norm": reference_gradient_norm(),
+        "sgd_grad_norms": [sgd_norms_one[0], sgd_norms_two[0]],
+        # [the step's grad_norm, |Adam's first moment| / (1 - beta_1)] on two devices
+        "paper_grad_norms_two": paper_norms_two,
     })
 
 

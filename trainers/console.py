@@ -59,6 +59,25 @@ def _first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
+def _verbosity_given(argv) -> bool:
+    return any(arg.split("=", 1)[0] in ("--verbosity", "-v", "--v") for arg in argv[1:])
+
+
+def quiet_libraries():
+    """TensorFlow's, TFDS's and tf.distribute's INFO lines (files opened, devices used, datasets
+    cached) off, at their source: TensorFlow's C++ log level before it is imported, absl's and
+    TensorFlow's Python loggers at WARNING. Warnings and errors still show; ``--verbosity=0``
+    brings the INFO lines back. Call before TensorFlow is imported (the programs import it
+    lazily, in ``main``)."""
+    import logging as python_logging
+
+    from absl import logging
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    logging.set_verbosity(logging.WARNING)
+    python_logging.getLogger("tensorflow").setLevel(python_logging.WARNING)
+
+
 def run(main):
     """``absl.app.run(main)`` with the project's conventions for what ends a program:
 
@@ -66,9 +85,13 @@ def run(main):
     - SIGTERM / SIGINT at any stage (``keras_transformer.signals``): one line, status 143 / 130;
     - a ValueError (bad input, the library's errors name the flag, file:line or path) and an
       OS or TensorFlow file-system error: one line, status 1;
-    - a Python package missing from this interpreter: one line naming the setup command.
+    - a Python package missing from this interpreter: one line naming the setup command;
+
+    and without ``--verbosity``, no INFO lines from the libraries (``quiet_libraries``).
     """
     from absl import app
+
+    quiet = not _verbosity_given(sys.argv)
 
     def missing(error):
         error_exit(f"the Python package {error.name!r} is missing from {sys.executable}; "
@@ -81,6 +104,8 @@ def run(main):
         except ModuleNotFoundError as error:
             missing(error)
         signals.install()
+        if quiet:
+            quiet_libraries()  # after absl applied its own flag defaults
         try:
             return main(argv)
         except ModuleNotFoundError as error:

@@ -40,8 +40,8 @@ flags.DEFINE_string(
 )
 flags.DEFINE_integer(
     "vocab_size", None,
-    "Shared subword vocabulary size, a multiple of 8 (default 37000 for WMT14 as the paper, "
-    "8000 otherwise).",
+    "Shared subword vocabulary size, a multiple of 8. Unset: 37000 for WMT14 (the paper's), "
+    "8000 for the other corpora.",
 )
 flags.DEFINE_string(
     "vocab_path", None,
@@ -71,6 +71,11 @@ flags.DEFINE_float(
 )
 
 FLAGS = flags.FLAGS
+# The flags naming a corpus: what a command that only reads a test set needs (the rest shape
+# training batches). Such a command lists them in its --help with
+# ``for name in CORPUS_FLAGS: flags.declare_key_flag(name)``.
+CORPUS_FLAGS = ("dataset", "data_dir", "ding_file", "libreoffice_help_dir", "train_data",
+                "dev_data", "test_data")
 
 
 def bucket_multiple_for(xla: bool) -> int:

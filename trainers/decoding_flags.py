@@ -9,8 +9,9 @@ definition of section 6.1's beam settings.
 from absl import flags
 
 flags.DEFINE_integer("beam_size", 4, "Beam size (section 6.1: 4).", lower_bound=1)
-flags.DEFINE_float("alpha", 0.6, "Length penalty alpha of GNMT, ((5 + length) / 6) ** alpha "
-                   "(section 6.1: 0.6).", lower_bound=0.0)
+flags.DEFINE_float("alpha", 0.6, "Length penalty alpha (section 6.1: 0.6): a hypothesis Y scores "
+                   "log P(Y) / ((5 + |Y|) / 6) ** alpha, GNMT's penalty (Wu et al. 2016), not the "
+                   "|Y| ** alpha of fairseq and CTranslate2.", lower_bound=0.0)
 flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (section 6.1: 50).",
                      lower_bound=1)
 
@@ -22,6 +23,11 @@ def decoding_config():
     from keras_transformer.inference import DecodingConfig
 
     return DecodingConfig(**{name: flags.FLAGS[name].value for name in NAMES})
+
+
+def describe(config) -> str:
+    """A ``DecodingConfig`` in words, e.g. ``beam 4, alpha 0.6, extra length 50``."""
+    return f"beam {config.beam_size}, alpha {config.alpha:g}, extra length {config.extra_length}"
 
 
 def given():

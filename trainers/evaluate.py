@@ -26,19 +26,17 @@ flag given, the corpus the run was trained on (its config.json) is used, so
 --model_dir (section 6.1 defaults: beam 4, alpha 0.6); a SavedModel has its own baked in.
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 
-from trainers import checks, console, data_flags, decoding_flags, thread_flags
+from trainers import checks, console, data_flags, decoding_flags, run_flags, thread_flags
 from trainers.console import stderr_progress
 
 FLAGS = flags.FLAGS
-flags.adopt_module_key_flags(data_flags)
+for _name in data_flags.CORPUS_FLAGS + ("vocab_path",):  # not the training-batch flags
+    flags.declare_key_flag(_name)
 flags.adopt_module_key_flags(thread_flags)
 flags.adopt_module_key_flags(decoding_flags)
-flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
-flags.DEFINE_string("checkpoint", None,
-                    "With --model_dir: 'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix or a "
-                    "folder; default the latest checkpoint.")
+flags.adopt_module_key_flags(run_flags)
 flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder or the model's base folder (its highest "
                     "version).")
@@ -55,13 +53,9 @@ flags.DEFINE_bool("floors", False,
 flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of the tokenized BLEU "
                     "(default: fr for wmt14_en_fr, else de).")
 
-DATA_FLAGS = ("dataset", "data_dir", "ding_file", "libreoffice_help_dir", "train_data", "dev_data",
-              "test_data")
-
-
 def test_data_config():
     """The data flags, or (with --model_dir and none of them given) the run's own corpus."""
-    if FLAGS.model_dir and not any(FLAGS[name].present for name in DATA_FLAGS):
+    if FLAGS.model_dir and not any(FLAGS[name].present for name in data_flags.CORPUS_FLAGS):
         from keras_transformer import runs
 
         recorded = runs.data_config(runs.read_config(FLAGS.model_dir))
@@ -87,12 +81,9 @@ def load_translate_fn():
 
     if FLAGS.saved_model:
         return inference.load_exported_translate_fn(FLAGS.saved_model)
-    from keras_transformer import runs
-
-    translator = runs.load_translator(
-        FLAGS.model_dir, FLAGS.checkpoint,
-        decoding_flags.decoding_config(), FLAGS.vocab_path)
-    return translator.text_function(), FLAGS.model_dir
+    translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
+                                                   FLAGS.vocab_path)
+    return translator.text_function(), loaded
 
 
 def check_flags():
@@ -118,7 +109,6 @@ def write_lines(path, lines):
 
 
 def main(argv):
-    logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
     check_flags()
     thread_flags.apply()
     config = test_data_config()

@@ -5,9 +5,11 @@
 
 --format=saved_model writes two SavedModels with one version number (default: the next free one):
 EXPORT_DIR/NAME/VERSION with the text signature ``serving_default`` (strings in, strings out; the
-server needs the tf-text ops) and ``translate_ids`` (token ids, core ops only), and
+server needs the tf-text ops), ``translate_nbest`` (the beam's whole n-best list as text) and
+``translate_ids`` (token ids, core ops only), and
 EXPORT_DIR/NAME_ids/VERSION with only the ids signature, for servers without the tf-text ops. The
-beam settings are baked into the graphs. Prints the paths, a ``tensorflow_model_server`` command
+beam settings are baked into the graphs. The checkpoint is the run's averaged one by default (else
+its best, else its latest); stderr names it. Prints the paths, a ``tensorflow_model_server`` command
 line and a ``curl`` request for them.
 
 --format=ctranslate2 (needs the optional extra: pip install 'keras-transformer[ctranslate2]') writes
@@ -18,17 +20,14 @@ prints the Python lines that translate with it.
 
 import json
 import os
+import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
-from trainers import checks, console, decoding_flags
+from trainers import checks, console, decoding_flags, run_flags
 
 flags.adopt_module_key_flags(decoding_flags)
-
-flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
-flags.DEFINE_string("checkpoint", None,
-                    "'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix (e.g. "
-                    "runs/small/ckpt-1000) or a folder; default the latest checkpoint.")
+flags.adopt_module_key_flags(run_flags)
 flags.DEFINE_string("vocab_path", None, "The SentencePiece vocabulary, if not the one the run recorded.")
 flags.DEFINE_string("export_dir", "saved_models", "Where the exported models go.")
 flags.DEFINE_string("name", None, "Model name (folder under --export_dir; TF Serving's model name). "
@@ -104,15 +103,14 @@ def ctranslate2_help(path, decoding):
 
 
 def main(argv):
-    logging.set_verbosity(logging.WARNING)  # not the SavedModel writer's INFO lines
     name = FLAGS.name or os.path.basename(os.path.normpath(os.path.abspath(FLAGS.model_dir)))
     check_flags(name)
 
-    from keras_transformer import export, runs
+    from keras_transformer import export
 
-    config = decoding_flags.decoding_config()
-    translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
-                                           FLAGS.vocab_path)
+    translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
+                                                   FLAGS.vocab_path)
+    print(f"export: {loaded}", file=sys.stderr, flush=True)
     options = {"quantization": FLAGS.quantization} if FLAGS.format == "ctranslate2" else {}
     written = export.EXPORTERS[FLAGS.format](translator, FLAGS.export_dir, name,
                                              version=FLAGS.version, **options)

@@ -11,10 +11,11 @@ than --max_length (dropped). Running it again reuses the prepared data and the v
 (unless --overwrite_vocab).
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from trainers import console, data_flags
 
+flags.adopt_module_key_flags(data_flags)  # --help lists the data flags: they are what it is about
 flags.DEFINE_bool("overwrite_vocab", False, "Learn the vocabulary again even if the file exists.")
 flags.DEFINE_bool(
     "download", False, "WMT14 only: download and prepare it through TFDS (needs a network)."
@@ -25,7 +26,6 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     config = data_flags.data_config()
-    logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
     prepare(config)  # bad input: console.run prints the message (file:line or flag), no trace
 
 

@@ -21,7 +21,9 @@ Six stages, each announced as it starts:
 
 then a short report (also in MODEL_DIR/report.json). A failing stage ends the program with one
 message naming the stage and what to do, and the work done so far is kept: running the same
-command again resumes training from the last checkpoint (and trains --train_minutes more).
+command again resumes training from the last checkpoint (and trains --train_minutes more). Once
+a run has finished, the same command prints its report again without training; --train_more
+trains it --train_minutes further, --overwrite starts over.
 
 Every flag of ``python -m trainers.wmt`` works here too (``--preset``, ``--dropout_rate``,
 ``--dataset``, ...); only the defaults differ, see QUICKSTART_DEFAULTS. The paper's recipe is
@@ -49,14 +51,15 @@ for _module in TRAINER_MODULES + (decoding_flags,):
 # minutes on 2 CPU cores, chosen on the dev set by `python -m benchmarks.recipe` (see the README):
 # a narrow model (preset mini) makes enough updates in the budget to learn; small batches and a
 # short warm-up give more updates at a high learning rate; pre-LN leaves the initial plateau
-# within minutes where post-LN stalls; few kept checkpoints, as only the last ones are averaged.
+# within minutes where post-LN stalls. Only the checkpoints it averages are kept (unless
+# --keep_checkpoints is given), and the best dev-BLEU one.
 QUICKSTART_DEFAULTS = dict(
     dataset="libreoffice_help_en_de", vocab_size=2000, token_budget=2048, max_length=64,
     preset="mini", dropout_rate=0.1, norm_first=True,
     model_dir=os.path.join("runs", "quickstart"), export_dir="saved_models",
     train_minutes=20.0, train_steps=0, warmup_steps=200, mixed_precision="auto",
-    checkpoint_every_minutes=0.5, keep_checkpoints=5, average_last=5, log_every_steps=50,
-    dev_every_steps=500,
+    checkpoint_every_minutes=0.5, average_last=5, log_every_steps=50, dev_every_steps=500,
+    keep_best_bleu=True,
 )
 for _name, _value in QUICKSTART_DEFAULTS.items():
     FLAGS.set_default(_name, _value)
@@ -70,6 +73,8 @@ flags.DEFINE_integer("eval_limit", None, "Evaluate on the first N pairs only (de
 flags.DEFINE_integer("samples", 5, "Sentences translated through the exported model.",
                      lower_bound=1)
 flags.DEFINE_bool("overwrite", False, "Delete MODEL_DIR first instead of resuming from it.")
+flags.DEFINE_bool("train_more", False, "A finished run (its report written): train it "
+                  "--train_minutes more and evaluate again, instead of showing its report.")
 
 STAGES = ("data", "train", "average", "evaluate", "export", "translate")
 REMEDIES = {
@@ -158,7 +163,8 @@ def training_command():
         for flag in FLAGS.get_flags_for_module(module.__name__):
             # export_dir: the export is this program's own stage 5.
             if (flag.name not in ("model_dir", "export_dir") and flag.value is not None
-                    and (flag.present or flag.name in QUICKSTART_DEFAULTS)):
+                    and (flag.present or flag.name in QUICKSTART_DEFAULTS
+                         or not flag.using_default_value)):
                 command.append(flag.serialize())
     return command
 
@@ -339,13 +345,24 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
     ]
     for sample in samples:
         lines += [f"  EN  {sample['source']}", f"  DE  {sample['translation']}"]
+    model_dir = FLAGS.model_dir
     lines += [
         f"total       {wall / 60:.1f} min wall clock, load average {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} CPU(s)",
+        f"files       {os.path.join(model_dir, runs.REPORT_FILE)} (this report), "
+        f"{os.path.join(model_dir, runs.TRAIN_LOG)} (the training log)",
+        f"            disk: {_size(model_dir)} in {model_dir}, {_size(os.path.dirname(paths[0]))} in "
+        f"{os.path.dirname(paths[0])}",
+        f"TensorBoard tensorboard --logdir={model_dir}  (pip install -e '.[tensorboard]')",
         f"next        python -m trainers.translate --saved_model={paths[0]} --text=\"Good morning.\"",
+        f"            python -m trainers.quickstart --train_more   # {FLAGS.train_minutes:g} more "
+        "minutes on this run",
+        "paper       python -m trainers.wmt --dataset=wmt14_en_de --preset=base   # the paper's "
+        "base model and recipe, on GPUs",
         "=" * 78,
     ]
-    say("\n".join(lines))
+    text = "\n".join(lines)
+    say(text)
     record = {"dataset": FLAGS.dataset, "preset": FLAGS.preset, "eval_split": split,
               "steps": summary["steps"], "train_minutes": summary["wall_seconds"] / 60,
               "tokens_per_second": summary["tokens_per_second"],
@@ -357,9 +374,45 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
               "verdict": evaluation.verdict(result, floors),
               "averaged_checkpoints": averaged, "export": paths, "samples": samples,
               "wall_minutes": wall / 60, "load_average": os.getloadavg(),
-              "cpus": os.cpu_count(), "command": training_command()}
+              "cpus": os.cpu_count(), "command": training_command(),
+              "latest_checkpoint": os.path.basename(summary["latest_checkpoint"] or ""),
+              "text": text}
     write_file("translate", os.path.join(FLAGS.model_dir, runs.REPORT_FILE),
                json.dumps(record, indent=1))
+
+
+def _size(path) -> str:
+    """The disk space of a folder, e.g. ``23.4 MB``."""
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(folder, name))
+            except OSError:
+                pass
+    return f"{total / 1e6:,.1f} MB"
+
+
+def finished_report():
+    """The report of a run that finished (its report written after its latest checkpoint), or
+    None: then the run is new, was interrupted, or --train_more / --overwrite ask for training."""
+    from keras_transformer import runs
+
+    path = os.path.join(FLAGS.model_dir, runs.REPORT_FILE)
+    if FLAGS.train_more or FLAGS.overwrite or not os.path.isfile(path):
+        return None
+    import tensorflow as tf
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            record = json.load(stream)
+    except (OSError, ValueError):
+        return None  # unreadable: run the stages again, which rewrite it
+    latest = tf.train.latest_checkpoint(FLAGS.model_dir)
+    if not record.get("text") or not latest or os.path.basename(latest) != record.get(
+            "latest_checkpoint"):
+        return None
+    return record["text"]
 
 
 def main(argv):
@@ -369,12 +422,16 @@ def main(argv):
     checks.output_dir("export_dir", FLAGS.export_dir)
     config = data_flags.data_config(xla=FLAGS.xla)
     wmt.check_model_flags()  # the trainer's own checks of its flags
+    if not FLAGS["keep_checkpoints"].present:  # only those it averages
+        FLAGS.keep_checkpoints = max(FLAGS.average_last, 1)
     wmt.training_config(FLAGS.model_dir)
     strategy = wmt.make_strategy()  # before TensorFlow runs anything; seeds too
-    from absl import logging
-
-    logging.set_verbosity(logging.WARNING)  # TFDS logs every file it opens at INFO
-
+    text = finished_report()
+    if text is not None:
+        say(f"{FLAGS.model_dir} holds a finished run; its report (--train_more trains it "
+            f"{FLAGS.train_minutes:g} minutes more, --overwrite starts over):")
+        say(text)
+        return
     config, counts = stage_data(config)
     summary = stage_train(config, strategy)
     checkpoint, averaged = stage_average(summary)

@@ -1,17 +1,17 @@
 """``--intra_op_threads``: TensorFlow's intra-op thread pool, for the commands that decode.
 
 A decoding step of a small model is some 150 small ops (matrices of a few to 64 rows by 256).
-Splitting each of them over a pool of threads costs more in hand-offs than it gains: with one
-intra-op thread, beam 4 on the ``small`` model ran 1.2x faster on 2 cores (benchmarks/decoding.py),
-and a single sentence's steps 2.1x faster. Larger models and training want the default (one thread
-per core). TF Serving's equivalent is ``--tensorflow_intra_op_parallelism``.
+Splitting each of them over a pool of threads can cost more in hand-offs than it gains, so one
+intra-op thread may decode small models faster (``python -m benchmarks.decoding`` measures it on
+your machine). Larger models and training want the default (one thread per core). TF Serving's
+equivalent is ``--tensorflow_intra_op_parallelism``.
 """
 
 from absl import flags
 
 flags.DEFINE_integer("intra_op_threads", 0,
-                     "TensorFlow intra-op threads (0: TensorFlow's default, one per core). 1 decodes "
-                     "the small model ~1.2x faster on 2 cores: its ops are too small to share.",
+                     "TensorFlow intra-op threads (0: TensorFlow's default, one per core). 1 can "
+                     "decode small models faster: their ops are too small to share.",
                      lower_bound=0)
 
 

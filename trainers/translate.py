@@ -1,63 +1,78 @@
 """Translates sentences with a trained model: from a training run's checkpoint or an exported SavedModel.
 
+    python -m trainers.translate --model_dir=runs/small          # interactive: type, Enter, read
     python -m trainers.translate --model_dir=runs/small --input=test.en --output=test.de
-    python -m trainers.translate --model_dir=runs/small --checkpoint=averaged --text="Good morning."
+    python -m trainers.translate --model_dir=runs/small --checkpoint=best --text="Good morning."
     python -m trainers.translate --saved_model=saved_models/small < test.en > test.de
-    python -m trainers.translate --saved_model=saved_models/small/3 --text="Hello." --show_scores
+    python -m trainers.translate --saved_model=saved_models/small/3 --text="Hello." --n_best=4
 
-One output line per input line, in input order (sentences are batched by length, see
-``inference.translate_in_batches``); an empty or whitespace-only line gives an empty line. Input is
-read as bytes: invalid UTF-8 is replaced by U+FFFD, not fatal. An input longer than the model's
+The sentences come from --text, else --input, else stdin. With stdin a terminal the program is
+interactive: a prompt on stderr, each line translated as soon as it is entered, until Ctrl-D or
+Ctrl-C. From a pipe or a file, lines are translated as they arrive, in chunks of a few batches
+(fewer lines when the input pauses); each chunk is batched by length
+(``inference.translate_in_batches``) and written to stdout in input order as soon as it is done.
+--output FILE is written whole at the end instead. A progress counter goes to stderr when stderr is
+a terminal and stdout is not.
+
+One output line per input line; an empty or whitespace-only line gives an empty line. Input is read
+as bytes: invalid UTF-8 is replaced by U+FFFD, not fatal. An input longer than the model's
 ``max_length`` subwords is cut to it and translated anyway; its line number goes to stderr.
 With --show_scores each line is ``SCORE<TAB>TRANSLATION`` (score = log P / length penalty).
+With --n_best=K > 1 each input gets K lines ``INDEX<TAB>SCORE<TAB>TRANSLATION``, best first, INDEX
+being the 0-based input line number; an empty input line gets the empty translation with score 0,
+then K - 1 lines with score -inf and no text (as does a slot the search could not fill).
 
-Beam size, alpha and the extra output length apply in checkpoint mode (--model_dir); an exported
-SavedModel has the settings it was exported with baked into its graph (see its assets/config.json).
+Before translating, stderr names the checkpoint (and why it is the one) or the SavedModel, and the
+search settings. Beam size, alpha and the extra output length apply in checkpoint mode
+(--model_dir); an exported SavedModel has the settings it was exported with baked into its graph
+(see its assets/config.json).
 """
 
+import os
+import select
+import signal
 import sys
 
 from absl import app, flags
 
-from trainers import checks, console, decoding_flags, thread_flags
+from trainers import checks, console, decoding_flags, run_flags, thread_flags
 from trainers.console import stderr_progress
 
 flags.adopt_module_key_flags(thread_flags)
 flags.adopt_module_key_flags(decoding_flags)
+flags.adopt_module_key_flags(run_flags)
 flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
                     "folder (its highest numeric version is used). Beam settings are baked in.")
-flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
-flags.DEFINE_string("checkpoint", None,
-                    "With --model_dir: 'averaged' (MODEL_DIR/averaged/ckpt), a checkpoint prefix "
-                    "(e.g. runs/small/ckpt-1000) or a folder; default the latest checkpoint.")
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
-flags.DEFINE_string("input", None, "File of sentences, one per line (default: --text, else stdin).")
+flags.DEFINE_string("input", None, "File of sentences, one per line (default: --text, else stdin; "
+                    "a terminal on stdin makes the program interactive).")
 flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
-flags.DEFINE_string("output", None, "Output file (default stdout); written whole at the end.")
+flags.DEFINE_string("output", None, "Output file, written whole at the end (default: stdout, "
+                    "written as each chunk of input is translated).")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch (sorted by length).", lower_bound=1)
 flags.mark_flags_as_mutual_exclusive(["input", "text"])
-flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines.")
+flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines (--n_best > 1 always "
+                  "writes the scores).")
+flags.DEFINE_integer("n_best", 1,
+                     "Write the K best hypotheses of the beam per input, best first, as "
+                     "INDEX<TAB>SCORE<TAB>TRANSLATION lines (INDEX: the 0-based input line); at most "
+                     "the beam size. 1: one translation per line.", lower_bound=1)
 
 FLAGS = flags.FLAGS
 MAX_TRUNCATION_NOTES = 20
+# Lines read before translating, in batches: enough to sort into batches of similar length, few
+# enough that the first translations come soon.
+CHUNK_BATCHES = 4
+PROMPT = "> "
 
 
-def read_lines():
-    """Input lines as bytes (no decoding here: invalid UTF-8 is the graph's business)."""
-    if FLAGS.text:
-        return [t.encode("utf-8", "surrogateescape") for t in FLAGS.text]
-    if FLAGS.input is not None:
-        with open(FLAGS.input, "rb") as stream:
-            data = stream.read()
-    else:
-        data = sys.stdin.buffer.read()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":  # the newline ending the last line
-        lines.pop()
-    return [line.rstrip(b"\r") for line in lines]
+def interactive():
+    """Typed sentences: stdin is a terminal and no other input is named."""
+    return (FLAGS.input is None and not FLAGS.text and sys.stdin is not None
+            and sys.stdin.isatty())
 
 
 def check_flags():
@@ -71,6 +86,10 @@ def check_flags():
                                  "its search settings baked in (re-export to change them).")
         checks.saved_model("saved_model", FLAGS.saved_model)
     else:
+        if FLAGS.n_best > FLAGS.beam_size:
+            raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds --beam_size={FLAGS.beam_size}: "
+                                 "the search keeps only beam_size hypotheses; raise --beam_size or "
+                                 "lower --n_best.")
         checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
         if FLAGS.vocab_path is not None:
             checks.input_file("vocab_path", FLAGS.vocab_path)
@@ -80,63 +99,246 @@ def check_flags():
         checks.output_file("output", FLAGS.output)
 
 
+def exported_settings(path):
+    """The search settings a SavedModel version folder records in its assets."""
+    import json
+
+    from keras_transformer.export.common import CONFIG_ASSET
+
+    try:
+        with open(os.path.join(path, "assets", CONFIG_ASSET)) as stream:
+            decoding = json.load(stream)["decoding"]
+        from keras_transformer.inference import DecodingConfig
+
+        return decoding_flags.describe(DecodingConfig(**decoding))
+    except (OSError, ValueError, KeyError, TypeError):
+        return "search settings as exported"
+
+
 def load_translate_fn():
-    """tf.string [batch] -> {"translations", "scores", "truncated"}, traced once."""
+    """``(translate, source, description)``: ``translate(sentences, progress)`` gives one result
+    per sentence (``inference.translate_in_batches``'s, or with --n_best > 1
+    ``translate_nbest_in_batches``'s); the model's folder; the model, checkpoint and search
+    settings, for stderr."""
     from keras_transformer import inference
 
+    nbest = FLAGS.n_best > 1
     if FLAGS.saved_model is not None:
-        return inference.load_exported_translate_fn(FLAGS.saved_model)
+        if nbest:
+            try:
+                fn, source, beam_size = inference.load_exported_nbest_fn(FLAGS.saved_model)
+            except ValueError as error:
+                raise ValueError(f"--n_best={FLAGS.n_best}: {error}") from None
+            if beam_size is not None and FLAGS.n_best > beam_size:
+                raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds the beam size {beam_size} "
+                                     f"{source} was exported with (trainers.export --beam_size): "
+                                     "export with a larger --beam_size or lower --n_best.")
+        else:
+            fn, source = inference.load_exported_translate_fn(FLAGS.saved_model)
+        description = f"{source} (SavedModel), {exported_settings(source)}"
+    else:
+        translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
+                                                            FLAGS.vocab_path)
+        fn = translator.nbest_function() if nbest else translator.text_function()
+        source = FLAGS.model_dir
+    batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
+    return (lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress),
+            source, description)
 
-    config = decoding_flags.decoding_config()
-    from keras_transformer import runs
 
-    translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint, config,
-                                           FLAGS.vocab_path)
-    return translator.text_function(), FLAGS.model_dir
+class LineReader:
+    """The lines of a file descriptor as they arrive, as bytes (no decoding here: invalid UTF-8 is
+    the graph's business). ``read(limit)`` waits for one line at most: a slow writer (a person at
+    a terminal, a program emitting a line now and then) gets each line translated at once, a fast
+    one fills whole chunks."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lines = []  # complete lines read, in order
+        self.partial = b""
+        self.ended = False
+
+    def read(self, limit):
+        lines = []
+        while len(lines) < limit:
+            if self.lines:
+                take = self.lines[:limit - len(lines)]
+                del self.lines[:len(take)]
+                lines += take
+            elif self.ended:
+                break
+            elif lines and not self._ready():
+                break
+            else:
+                self._fill()
+        return [line.rstrip(b"\r") for line in lines]
+
+    def _ready(self):
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def _fill(self):
+        data = os.read(self.fd, 1 << 16)
+        if not data:
+            self.ended = True
+            if self.partial:  # a last line without its newline
+                self.lines.append(self.partial)
+                self.partial = b""
+            return
+        parts = (self.partial + data).split(b"\n")
+        self.partial = parts.pop()
+        self.lines += parts
 
 
-def write_output(lines):
-    data = "".join(line + "\n" for line in lines).encode("utf-8")
-    if FLAGS.output is None:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-        return
-    from keras_transformer import writing
+class Output:
+    """stdout, written and flushed as each chunk is translated; or --output, written whole at the
+    end (no half-written file is ever left)."""
 
-    writing.write_file(FLAGS.output, data)
+    def __init__(self):
+        self.collected = [] if FLAGS.output is not None else None
+
+    def write(self, lines):
+        data = "".join(line + "\n" for line in lines).encode("utf-8")
+        if self.collected is not None:
+            self.collected.append(data)
+            return
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            # The reader (e.g. `head`) took all it wanted: stop quietly, as other filters do; stdout
+            # goes to /dev/null so that the interpreter's last flush cannot fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(128 + signal.SIGPIPE) from None
+
+    def close(self):
+        if self.collected is not None:
+            from keras_transformer import writing
+
+            writing.write_file(FLAGS.output, b"".join(self.collected))
+
+
+def clean(text):
+    return text.replace("\r", " ").replace("\n", " ")  # one line per translation, whatever it spells
+
+
+def format_result(index, result):
+    """The output line(s) of input line ``index`` (0-based) for its result."""
+    if FLAGS.n_best > 1:
+        return [f"{index}\t{score:.4f}\t{clean(text)}" for text, score in
+                zip(result["translations"][:FLAGS.n_best], result["scores"][:FLAGS.n_best])]
+    text = clean(result["translation"])
+    return [f"{result['score']:.4f}\t{text}" if FLAGS.show_scores else text]
+
+
+def blank_result(index):
+    """What the model answers for an empty line (``Translator.translate_text`` and
+    ``translate_text_nbest``), without running it."""
+    if FLAGS.n_best > 1:
+        return format_result(index, {"translations": [""] * FLAGS.n_best,
+                                     "scores": [0.0] + [float("-inf")] * (FLAGS.n_best - 1)})
+    return format_result(index, {"translation": "", "score": 0.0})
+
+
+def translate_chunk(translate, lines, first, progress):
+    """``(output lines, 1-based numbers of the inputs cut to the maximum length)`` for ``lines``,
+    input lines ``first``, ``first + 1``, ..."""
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    results = dict(zip(todo, translate([lines[i] for i in todo], progress) if todo else []))
+    output = []
+    for i in range(len(lines)):
+        output += format_result(first + i, results[i]) if i in results else blank_result(first + i)
+    return output, [first + i + 1 for i in todo if results[i]["truncated"]]
+
+
+def make_progress():
+    """``(progress callback, whether its line must be ended)``: a counter on stderr only for a
+    person watching a terminal whose stdout is elsewhere (on the same terminal the translations
+    are the progress; in a log, redrawn bars are noise)."""
+    if not sys.stderr.isatty() or (FLAGS.output is None and sys.stdout.isatty()):
+        return None, False
+    if FLAGS.text:
+        total = sum(1 for text in FLAGS.text if text.strip())
+    elif FLAGS.input is not None:
+        with open(FLAGS.input, "rb") as stream:
+            total = sum(1 for line in stream if line.strip())
+    else:
+        total = None  # a pipe: counted as it comes
+    return (stderr_progress(total) if total != 0 else None), total is None
+
+
+def run_interactive(translate, output):
+    """Prompt, read, translate, print, until end of input or Ctrl-C; the number of lines read."""
+    from keras_transformer import signals
+
+    print("translate: type a sentence and Enter; Ctrl-D or Ctrl-C ends.", file=sys.stderr)
+    reader = LineReader(sys.stdin.fileno())
+    count = 0
+    try:
+        while True:
+            sys.stderr.write(PROMPT)
+            sys.stderr.flush()
+            lines = reader.read(FLAGS.batch_size)  # several if pasted at once
+            if not lines:
+                break
+            text, truncated = translate_chunk(translate, lines, count, None)
+            output.write(text)
+            for number in truncated:
+                print(f"translate: line {number} is longer than the model's maximum length: it was "
+                      "cut to it before translating.", file=sys.stderr)
+            count += len(lines)
+    except signals.Interrupted as interrupted:
+        if interrupted.signum != signal.SIGINT:
+            raise  # SIGTERM: the programs' usual stop
+    sys.stderr.write("\n")
+    return count, []
+
+
+def run_stream(translate, output):
+    """Translates --text, --input or piped stdin chunk by chunk; the number of lines and those
+    cut to the maximum length."""
+    progress, end_line = make_progress()
+    truncated = []
+    if FLAGS.text:
+        lines = [t.encode("utf-8", "surrogateescape") for t in FLAGS.text]
+        text, truncated = translate_chunk(translate, lines, 0, progress)
+        output.write(text)
+        count = len(lines)
+    else:
+        stream = open(FLAGS.input, "rb") if FLAGS.input is not None else None
+        try:
+            reader = LineReader(stream.fileno() if stream else sys.stdin.fileno())
+            count = 0
+            while True:
+                lines = reader.read(CHUNK_BATCHES * FLAGS.batch_size)
+                if not lines:
+                    break
+                text, cut = translate_chunk(translate, lines, count, progress)
+                output.write(text)
+                truncated += cut
+                count += len(lines)
+        finally:
+            if stream is not None:
+                stream.close()
+    if progress is not None and end_line:
+        sys.stderr.write("\n")
+    return count, truncated
 
 
 def main(argv):
     check_flags()
     thread_flags.apply()
-    lines = read_lines()
-    translate_fn, source = load_translate_fn()
-
-    from keras_transformer.inference import translate_in_batches
-
-    # Empty and whitespace-only lines are answered here: no need to run the model on them.
-    todo = [i for i, line in enumerate(lines) if line.strip()]
-    progress = stderr_progress(len(todo)) if FLAGS.input is not None and todo else None
-    results = translate_in_batches(translate_fn, [lines[i] for i in todo], FLAGS.batch_size,
-                                   progress)
-    output = [""] * len(lines)
-    truncated = []
-    for index, result in zip(todo, results):
-        # One line per input line, even if the model spells a newline byte.
-        text = result["translation"].replace("\r", " ").replace("\n", " ")
-        output[index] = f"{result['score']:.4f}\t{text}" if FLAGS.show_scores else text
-        if result["truncated"]:
-            truncated.append(index + 1)
-    if FLAGS.show_scores:
-        output = [line or "0.0000\t" for line in output]
-    write_output(output)
+    translate, source, description = load_translate_fn()
+    print(f"translate: {description}", file=sys.stderr, flush=True)
+    output = Output()
+    count, truncated = (run_interactive if interactive() else run_stream)(translate, output)
+    output.close()
     if truncated:
         shown = ", ".join(map(str, truncated[:MAX_TRUNCATION_NOTES]))
         more = f" and {len(truncated) - MAX_TRUNCATION_NOTES} more" if len(
             truncated) > MAX_TRUNCATION_NOTES else ""
         print(f"translate: {len(truncated)} input line(s) longer than the model's maximum length were "
               f"cut to it before translating: line(s) {shown}{more}.", file=sys.stderr)
-    print(f"translate: {len(lines)} line(s) translated with {source}"
+    print(f"translate: {count} line(s) translated with {source}"
           + (f" into {FLAGS.output}" if FLAGS.output else "") + ".", file=sys.stderr)
 
 

@@ -1,10 +1,12 @@
 """Trains a Transformer with the paper's recipe (sections 5.1-5.4, 6.1).
 
-    python -m trainers.wmt --strategy=mirrored                         # all GPUs of this machine
-    python -m trainers.wmt --preset=small --train_minutes=20           # 2 CPU cores, offline corpus
-    python -m trainers.wmt --strategy=mirrored --num_cpu_devices=2     # mirrored without GPUs
+    python -m trainers.wmt --dataset=wmt14_en_de                        # all GPUs of this machine
+    python -m trainers.wmt --dataset=libreoffice_help_en_de --preset=small --train_minutes=20
+    python -m trainers.wmt --dataset=ding_de_en --preset=small --num_cpu_devices=2 --train_minutes=20
     python -m trainers.wmt --dataset=wmt14_en_de --preset=big --xla --mixed_precision=bfloat16
-    TF_CONFIG='{...}' python -m trainers.wmt --strategy=multi_worker_mirrored
+    TF_CONFIG='{...}' python -m trainers.wmt --dataset=wmt14_en_de --strategy=multi_worker_mirrored
+
+--strategy=auto (the default) mirrors over all GPUs when there are several; --dataset is required.
 
 Adam(0.9, 0.98, 1e-9) on the learning rate of Eq. (3), label smoothing 0.1, dropout per preset,
 token-budget batches (--token_budget per side summed over replicas; --accumulation_steps to
@@ -18,10 +20,12 @@ to MODEL_DIR/summary.json. TensorBoard: ``tensorboard --logdir=MODEL_DIR``.
 """
 
 import os
+import sys
 
 from absl import app, flags
 
 from keras_transformer.config import PRESETS
+from keras_transformer.training.strategy import PRECISIONS, STRATEGIES
 from trainers import checks, console, data_flags
 
 FLAGS = flags.FLAGS
@@ -58,14 +62,15 @@ flags.DEFINE_enum("positional", None, ["sinusoidal", "learned"], "Table 3 row (E
 flags.DEFINE_bool("norm_first", None, "Pre-LN instead of the paper's post-LN.")
 flags.DEFINE_bool("share_embeddings", None, "Tie embeddings and pre-softmax weights (3.4).")
 
-flags.DEFINE_enum("strategy", "default",
-                  ["default", "one_device", "mirrored", "multi_worker_mirrored", "tpu"],
-                  "tf.distribute strategy. multi_worker_mirrored reads TF_CONFIG.")
+flags.DEFINE_enum("strategy", "auto", STRATEGIES,
+                  "tf.distribute strategy. auto: mirrored over all GPUs when there are several "
+                  "(or over --num_cpu_devices logical CPUs), else default (one device). "
+                  "multi_worker_mirrored reads TF_CONFIG. The start line says what was chosen.")
 flags.DEFINE_integer("num_cpu_devices", 0,
                      "Split the CPU into this many logical devices (e.g. 2 with "
                      "--strategy=mirrored to run data-parallel without GPUs). 0: don't.")
 flags.DEFINE_bool("xla", False, "Compile each replica's forward+backward pass with XLA.")
-flags.DEFINE_enum("mixed_precision", "float32", ["auto", "float32", "bfloat16", "float16"],
+flags.DEFINE_enum("mixed_precision", "float32", PRECISIONS,
                   "Compute dtype; variables stay float32, evaluation and export run in float32. "
                   "float16 uses dynamic loss scaling. On CPUs float16 is slow (no float16 matmul "
                   "units); bfloat16 is fast only on CPUs with AVX512-BF16/AMX. auto: bfloat16 on "
@@ -204,6 +209,28 @@ def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
     return list(export.export_for_serving(translator, export_dir, name))
 
 
+# The paper's setup (base, 100k steps) needs the paper's data; the offline corpora are small.
+OFFLINE_HINT = ("for a first model on a CPU in 20 minutes, python -m trainers.quickstart (or "
+                "--preset=mini --train_minutes=20 here)")
+
+
+def check_dataset_choice():
+    """No silent default corpus: the paper's recipe on a 14k-sentence dictionary would train for
+    days and overfit. One line asks for --dataset; base for 100k steps on an offline corpus is
+    said out loud."""
+    if not FLAGS["dataset"].present:
+        raise app.UsageError(
+            "which data? --dataset=wmt14_en_de (the paper's; TFDS must have downloaded it), "
+            "libreoffice_help_en_de or ding_de_en (offline), or files with --train_data; "
+            + OFFLINE_HINT + ".")
+    offline = FLAGS.dataset not in ("wmt14_en_de", "wmt14_en_fr")
+    if offline and FLAGS.preset in ("base", "big") and not FLAGS["train_steps"].present and (
+            FLAGS.train_minutes is None):
+        print(f"wmt: note: --preset={FLAGS.preset} for {FLAGS.train_steps:,} steps is the paper's "
+              f"WMT setup; on {FLAGS.dataset} it would take days and overfit; " + OFFLINE_HINT
+              + ".", file=sys.stderr, flush=True)
+
+
 def main(argv):
     model_dir = FLAGS.model_dir or os.path.join("runs", FLAGS.preset)
     # Everything that can be checked is checked before the slow work, not after hours of it.
@@ -213,6 +240,7 @@ def main(argv):
     data = data_flags.data_config(xla=FLAGS.xla)
     check_model_flags()
     config = training_config(model_dir)
+    check_dataset_choice()
     strategy = make_strategy()
 
     from keras_transformer import runs, signals

@@ -12,10 +12,13 @@ Signatures (none needs XLA; TF Serving's CPU XLA is off by default):
   ``truncated`` bool (tokenisation inside the graph: a server needs the tf-text ops).
 - ``translate_ids``: ``source_ids`` int32 [batch, length] (subwords + EOS, 0-padded) -> ``ids`` int32
   [batch, beam, max_len], ``scores`` and ``lengths`` [batch, beam]: core TensorFlow ops only.
+- ``translate_nbest`` (text export only): ``inputs`` tf.string [batch] -> the whole n-best list,
+  ``translations`` tf.string and ``scores`` float32 [batch, beam] best first, ``truncated`` bool
+  [batch] (``Translator.translate_text_nbest``).
 
 A server loads every op of a SavedModel, used or not, so a server without the tf-text ops cannot load
-the first one at all. ``export_for_serving`` therefore writes two: ``<name>`` with both signatures and
-``<name>_ids`` with only ``translate_ids`` (also its ``serving_default``), free of custom ops.
+the first one at all. ``export_for_serving`` therefore writes two: ``<name>`` with all three signatures
+and ``<name>_ids`` with only ``translate_ids`` (also its ``serving_default``), free of custom ops.
 
 Why ExportArchive rather than ``tf.saved_model.save`` of a ``tf.Module`` holding the model: the latter
 reloads with ``tf.saved_model.load`` but not in the session-based loader TF Serving uses ("Could not find
@@ -29,16 +32,14 @@ import tensorflow as tf
 
 from keras_transformer.export.common import (check_finite, decoding_settings, next_version,
                                              staged_export, write_run_files)
-from keras_transformer.inference import TEXT_INPUT_SPEC
-
-TEXT_SIGNATURE = "serving_default"
-IDS_SIGNATURE = "translate_ids"
+from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, TEXT_INPUT_SPEC,
+                                         TEXT_SIGNATURE)
 
 
 def export_for_serving(translator, export_dir, name, version=None):
-    """Writes ``export_dir/<name>/<version>`` (both signatures) and ``export_dir/<name>_ids/<version>``
-    (ids only) with one version number, by default the next free one; returns both paths. The two
-    appear together or not at all."""
+    """Writes ``export_dir/<name>/<version>`` (the text, n-best and ids signatures) and
+    ``export_dir/<name>_ids/<version>`` (ids only) with one version number, by default the next free
+    one; returns both paths. The two appear together or not at all."""
     bases = [os.path.join(export_dir, name), os.path.join(export_dir, f"{name}_ids")]
     version = max(next_version(base) for base in bases) if version is None else int(version)
     targets = [os.path.join(base, str(version)) for base in bases]
@@ -73,6 +74,8 @@ def _write_saved_model(translator, output, sources, text_signature):
     if text_signature:
         archive.track(translator.tokenizer)
         archive.add_endpoint(TEXT_SIGNATURE, translator.translate_text,
+                             input_signature=[TEXT_INPUT_SPEC])
+        archive.add_endpoint(NBEST_SIGNATURE, translator.translate_text_nbest,
                              input_signature=[TEXT_INPUT_SPEC])
     archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
                          input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])

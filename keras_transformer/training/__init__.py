@@ -1,24 +1,26 @@
 """The paper's training recipe (sections 5.2-5.4, 6.1) for any ``tf.distribute`` strategy."""
 
-from keras_transformer.training.callbacks import Callback, ProgressLine, TensorBoard
-from keras_transformer.training.checkpoints import (Checkpointer, average_checkpoints,
-                                                    checkpoint_paths, model_checkpoint,
-                                                    restore_model, write_averaged_checkpoint)
-from keras_transformer.training.loss import (LabelSmoothedCrossEntropy,
-                                             label_smoothed_cross_entropy, token_accuracy_counts)
-from keras_transformer.training.schedule import TransformerSchedule, paper_optimizer
-from keras_transformer.training.step import TrainStep
-from keras_transformer.training.strategy import (PRECISIONS, STRATEGIES, configure_cpu_devices,
-                                                 is_chief, make_strategy, resolve_precision)
-from keras_transformer.training.trainer import (PRECISION_POLICIES, NonFiniteError, Trainer,
-                                                TrainingConfig, build_model)
+import importlib
 
-__all__ = [
-    "Callback", "Checkpointer", "LabelSmoothedCrossEntropy", "NonFiniteError",
-    "PRECISION_POLICIES", "PRECISIONS", "ProgressLine", "STRATEGIES", "TensorBoard", "TrainStep", "Trainer",
-    "TrainingConfig", "TransformerSchedule", "average_checkpoints", "build_model",
-    "checkpoint_paths", "configure_cpu_devices", "is_chief", "label_smoothed_cross_entropy",
-    "make_strategy", "model_checkpoint", "paper_optimizer",
-    "resolve_precision", "restore_model",
-    "token_accuracy_counts", "write_averaged_checkpoint",
-]
+# Imported on first use (PEP 562), as in keras_transformer/__init__.py: a program that only parses
+# its flags (their choices come from strategy.py's lists) does not start TensorFlow.
+_MODULES = {
+    "callbacks": ("Callback", "ProgressLine", "TensorBoard"),
+    "checkpoints": ("Checkpointer", "average_checkpoints", "checkpoint_paths", "model_checkpoint",
+                    "restore_model", "write_averaged_checkpoint"),
+    "loss": ("LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy", "token_accuracy_counts"),
+    "schedule": ("TransformerSchedule", "paper_optimizer"),
+    "step": ("TrainStep",),
+    "strategy": ("PRECISIONS", "STRATEGIES", "configure_cpu_devices", "is_chief", "make_strategy",
+                 "resolve_precision"),
+    "trainer": ("PRECISION_POLICIES", "NonFiniteError", "Trainer", "TrainingConfig", "build_model"),
+}
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"keras_transformer.training.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'keras_transformer.training' has no attribute {name!r}")

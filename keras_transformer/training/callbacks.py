@@ -1,13 +1,16 @@
 """What a user sees during training: a progress line and TensorBoard scalars.
 
-Callbacks get ``on_log(step, logs)`` every ``log_every_steps`` with the interval's averages
-(``loss``, ``accuracy``, ``learning_rate``, ``tokens_per_second``, ``padding_fraction``,
-``elapsed_seconds``, ``remaining_seconds``), ``on_dev(step, logs)`` after each evaluation on the
-dev set, and ``on_end(summary)`` with the JSON summary. ``callback.trainer`` is the running
-``Trainer`` (its ``model``, ``strategy``...). Callbacks run in list order and share the ``logs``
-dict: a dev-BLEU callback placed before ``TensorBoard`` can add ``logs["bleu"]`` in ``on_dev``
-and it is written with the dev loss. The library writes nothing itself:
-``ProgressLine`` hands its lines to a ``write`` function the program chooses.
+Callbacks get ``on_begin(step)`` before the first step (which builds and compiles),
+``on_log(step, logs)`` after that first step and every ``log_every_steps`` with the interval's
+averages (``loss``, ``accuracy``, ``learning_rate``, ``grad_norm``, ``step_seconds``,
+``target_tokens_per_second``, ``tokens_per_second``, ``padding_fraction``, ``elapsed_seconds``,
+``remaining_seconds``), ``on_dev(step, logs)`` after each evaluation on the dev set (``loss``,
+``nll``, ``perplexity``, ``accuracy``; see ``TrainStep.evaluate``), and ``on_end(summary)`` with
+the JSON summary. ``callback.trainer`` is the running ``Trainer`` (its ``model``, ``strategy``...).
+Callbacks run in list order and share the ``logs`` dict: a dev-BLEU callback placed before
+``TensorBoard`` can add ``logs["bleu"]`` in ``on_dev`` and it is written with the dev loss. The
+library writes nothing itself: ``ProgressLine`` hands its lines to a ``write`` function the
+program chooses.
 """
 
 import datetime
@@ -17,18 +20,35 @@ from typing import Callable, Optional
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-# What tf.summary.scalar writes, without importing the tensorboard package (not a dependency
-# of TensorFlow 2.21): a float32 scalar tagged for TensorBoard's "scalars" plugin.
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")).SerializeToString()
+# What tf.summary.scalar and tf.summary.text write, without importing the tensorboard package
+# (not a dependency of TensorFlow 2.21): tensors tagged for TensorBoard's plugins.
+def _metadata(plugin):
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin)).SerializeToString()
+
+
+_SCALAR_METADATA, _TEXT_METADATA = _metadata("scalars"), _metadata("text")
 
 
 def write_scalar(name: str, value: float, step: int) -> None:
     tf.summary.write(name, tf.constant(value, tf.float32), step=step, metadata=_SCALAR_METADATA)
 
 
+def write_text(name: str, markdown: str, step: int) -> None:
+    tf.summary.write(name, tf.constant(markdown, tf.string), step=step, metadata=_TEXT_METADATA)
+
+
+def timestamped(line: str) -> str:
+    """``line`` after the local wall-clock time, e.g. ``2026-11-25 13:15:24 step 100/1000 | ...``,
+    to match a log with TensorBoard's wall times or a crash."""
+    return f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S} {line}"
+
+
 class Callback:
     trainer = None  # set by Trainer.fit
+
+    def on_begin(self, step: int) -> None:
+        pass
 
     def on_log(self, step: int, logs: dict) -> None:
         pass
@@ -47,32 +67,57 @@ def _duration(seconds: Optional[float]) -> str:
 
 
 class ProgressLine(Callback):
-    """One line per log interval, e.g. ``step 1200/100000 | loss 4.812 | acc 0.312 |
-    lr 6.1e-04 | 1,234 tok/s | pad 7.9% | 0:10:02 elapsed, 13:21:07 left`` (one line).
+    """Timestamped lines (see ``timestamped``), one per log interval::
+
+        2026-11-25 13:15:24 step 1200/100000 | loss 4.8120 | acc 0.312 | lr 6.10e-04 | gnorm 0.84 |
+          0.52 s/step | 2,012 tgt tok/s | 4,180 src+tgt tok/s | pad 7.9% | 0:10:02 elapsed, 13:21:07 left
+
+    (one line). ``loss`` is the label-smoothed training loss per real target token, ``gnorm`` the
+    global norm of the applied gradient, ``tgt tok/s`` real target tokens per second (fairseq's
+    ``wps``) and ``src+tgt`` source and target together; both exclude padding, whose share of the
+    batches is ``pad``. After each dev evaluation::
+
+        2026-11-25 13:20:01 step 1200 | dev loss 4.1023 | dev nll 3.5012 | dev ppl 33.15 | dev acc 0.402 | dev BLEU 9.81
+
+    where ``nll`` is the unsmoothed negative log-likelihood per target subword and ``ppl`` its
+    exp, the per-subword perplexity of the paper's Table 3.
     """
 
     def __init__(self, write: Callable[[str], None], total_steps: Optional[int] = None):
         self.write = write
         self.total_steps = total_steps
+        self._first = None
+
+    def on_begin(self, step):
+        self._first = step + 1
+        self.write(timestamped(f"step {step + 1}: building the model's step function and compiling "
+                               "it (the first step takes longer; XLA compiles each new batch shape)"))
 
     def on_log(self, step, logs):
         total = f"/{self.total_steps}" if self.total_steps else ""
-        self.write(
+        first = " (includes building and compiling)" if step == self._first else ""
+        self.write(timestamped(
             f"step {step}{total} | loss {logs['loss']:.4f} | acc {logs['accuracy']:.3f} | "
-            f"lr {logs['learning_rate']:.2e} | {logs['tokens_per_second']:,.0f} tok/s | "
+            f"lr {logs['learning_rate']:.2e} | gnorm {logs['grad_norm']:.3g} | "
+            f"{logs['step_seconds']:.3g} s/step{first} | "
+            f"{logs['target_tokens_per_second']:,.0f} tgt tok/s | "
+            f"{logs['tokens_per_second']:,.0f} src+tgt tok/s | "
             f"pad {100 * logs['padding_fraction']:.1f}% | {_duration(logs['elapsed_seconds'])} "
-            f"elapsed, {_duration(logs.get('remaining_seconds'))} left")
+            f"elapsed, {_duration(logs.get('remaining_seconds'))} left"))
 
     def on_dev(self, step, logs):
         bleu = f" | dev BLEU {logs['bleu']:.2f}" if "bleu" in logs else ""
-        self.write(f"step {step} | dev loss {logs['loss']:.4f} | dev acc {logs['accuracy']:.3f}"
-                   + bleu)
+        self.write(timestamped(
+            f"step {step} | dev loss {logs['loss']:.4f} | dev nll {logs['nll']:.4f} | "
+            f"dev ppl {logs['perplexity']:.2f} | dev acc {logs['accuracy']:.3f}" + bleu))
 
 
 class TensorBoard(Callback):
-    """Scalars under ``logdir/train`` and ``logdir/dev`` (``tensorboard --logdir=MODEL_DIR``)."""
+    """Scalars under ``logdir/train`` and ``logdir/dev``, and the dev samples as text
+    (``tensorboard --logdir=MODEL_DIR``; ``pip install tensorboard``)."""
 
-    TRAIN_SCALARS = ("loss", "accuracy", "learning_rate", "tokens_per_second", "padding_fraction")
+    TRAIN_SCALARS = ("loss", "accuracy", "learning_rate", "grad_norm", "step_seconds",
+                     "target_tokens_per_second", "tokens_per_second", "padding_fraction")
 
     def __init__(self, logdir: str):
         self._train = tf.summary.create_file_writer(f"{logdir}/train")
@@ -89,8 +134,19 @@ class TensorBoard(Callback):
             for name, value in logs.items():
                 if isinstance(value, (int, float)) and name != "step":
                     write_scalar(name, value, step)
+            if logs.get("samples"):
+                write_text("translations", _samples_markdown(logs["samples"]), step)
         self._dev.flush()
 
     def on_end(self, summary):
         self._train.close()
         self._dev.close()
+
+
+def _samples_markdown(samples) -> str:
+    """(source, reference, translation) triples as a Markdown table (TensorBoard's text plugin)."""
+    def cell(text):
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    rows = [f"| {cell(s)} | {cell(r)} | {cell(t)} |" for s, r, t in samples]
+    return "\n".join(["| source | reference | translation |", "|---|---|---|", *rows])

@@ -2,7 +2,9 @@
 
 ``DevBleu`` translates a fixed subset of the dev set at every dev evaluation of the ``Trainer`` and
 puts the sacreBLEU score into the shared logs as ``logs["bleu"]``, so the progress line and the
-``TensorBoard`` callback (placed after it) show and record it with the dev loss. With ``keep_best`` it
+``TensorBoard`` callback (placed after it) show and record it with the dev loss, and the first
+``SAMPLES`` translations as ``logs["samples"]`` (source, reference, translation), which
+``TensorBoard`` shows as text. With ``keep_best`` it
 also writes the weights of the best-BLEU evaluation to ``model_dir/best/ckpt`` (+ ``best.json``).
 """
 
@@ -22,6 +24,8 @@ from keras_transformer.training.checkpoints import write_model_checkpoint
 
 
 class DevBleu(Callback):
+    SAMPLES = 4
+
     def __init__(self, tokenizer, sources: Sequence[str], references: Sequence[str],
                  decoding_config: DecodingConfig = DecodingConfig(), batch_size: int = 64,
                  keep_best: bool = False):
@@ -53,8 +57,10 @@ class DevBleu(Callback):
                             type(error).__name__, first_line)
             logs["bleu"] = float("nan")
             return
-        bleu = sacrebleu_score([r["translation"] for r in results], self.references)
+        translations = [r["translation"] for r in results]
+        bleu = sacrebleu_score(translations, self.references)
         logs["bleu"] = bleu.score
+        logs["samples"] = list(zip(self.sources, self.references, translations))[:self.SAMPLES]
         if self.keep_best and self.trainer.chief and (self.best is None or bleu.score > self.best):
             self.best = bleu.score
             directory = self.trainer.config.model_dir

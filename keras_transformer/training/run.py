@@ -18,8 +18,8 @@ from absl import logging
 
 from keras_transformer import data, runs, writing
 from keras_transformer.config import TransformerConfig
-from keras_transformer.training.callbacks import ProgressLine, TensorBoard
-from keras_transformer.training.strategy import is_chief
+from keras_transformer.training.callbacks import ProgressLine, TensorBoard, timestamped
+from keras_transformer.training.strategy import describe, is_chief
 from keras_transformer.training.trainer import Trainer, TrainingConfig
 
 
@@ -65,8 +65,11 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     callbacks.append(ProgressLine(log, training_config.train_steps))
     if chief:
         callbacks.append(TensorBoard(model_dir))
-    log(f"preset={preset} ({trainer.model.count_params():,} parameters), "
-        f"strategy={type(strategy).__name__.lstrip('_')} x{strategy.num_replicas_in_sync} "
-        f"replicas, xla={training_config.jit_compile}, precision={training_config.mixed_precision}, "
-        f"dataset={data_config.dataset}, vocabulary={tokenizer.vocab_size}, model_dir={model_dir}")
+    log(timestamped(
+        f"preset={preset} ({trainer.model.count_params():,} parameters), "
+        f"strategy={describe(strategy)}, xla={training_config.jit_compile}, precision={training_config.mixed_precision}, "
+        f"dataset={data_config.dataset}, vocabulary={tokenizer.vocab_size}, model_dir={model_dir}"))
+    if chief:
+        log(timestamped(f"TensorBoard: tensorboard --logdir={model_dir} (pip install "
+                        "'.[tensorboard]' in this project)"))
     return trainer.fit(train_fn, dev_fn, callbacks)

@@ -44,6 +44,19 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SummedGradientsAdam(keras.optimizers.Adam):
+    """Adam for gradients already summed across replicas (``TrainStep`` all-reduces them once
+    itself, to report their norm and to let float16 loss scaling check the gradient that is
+    applied). A Keras optimizer would sum them again under a distribution strategy."""
+
+    gradients_are_summed = True
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # Keras's hook for that second all-reduce (TensorFlow backend).
+        return grads_and_vars
+
+
 def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
                     loss_scaling: bool = False) -> keras.optimizers.Optimizer:
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the schedule of Eq. (3) (section 5.3).
@@ -52,7 +65,7 @@ def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
     ``float16`` training needs (``bfloat16`` has float32's exponent range and does not).
     Create it inside ``strategy.scope()`` so its slots are mirrored like the weights.
     """
-    optimizer = keras.optimizers.Adam(
+    optimizer = SummedGradientsAdam(
         learning_rate=TransformerSchedule(d_model, warmup_steps, scale),
         beta_1=0.9, beta_2=0.98, epsilon=1e-9,
     )

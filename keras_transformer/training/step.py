@@ -4,22 +4,34 @@ Per replica and per micro-batch: forward and backward pass (optionally one XLA c
 ``jit_compile=True``), giving the gradient of the label-smoothed loss SUMMED over the
 micro-batch's real target tokens. After ``accumulation_steps`` micro-batches the summed
 gradients are divided by the number of real target tokens of the whole global batch (all
-replicas, all micro-batches) and handed to the optimizer, which all-reduces (sums) them across
-replicas and applies Adam. Hence k accumulated micro-batches give exactly the update of one
+replicas, all micro-batches), summed across replicas (one all-reduce) and handed to the
+optimizer, which applies Adam. Hence k accumulated micro-batches give exactly the update of one
 k-times larger batch, and N replicas exactly the update of one device on the same global batch.
+The step reports the global norm of that applied gradient; float16 loss scaling checks that same
+summed gradient for overflow, so every replica skips or applies the step together.
 
 Only the per-replica forward+backward is compiled with XLA: compiling the whole step under
 ``MirroredStrategy`` on CPU fails with a device-placement error, and keeping the all-reduce and
 the update outside the cluster costs nothing measurable.
 """
 
+import math
+
 import tensorflow as tf
 
 from keras_transformer.training.loss import label_smoothed_cross_entropy, token_accuracy_counts
 
-# Statistics every step returns, summed over replicas and micro-batches.
+# Statistics every step returns, summed over replicas and micro-batches (and ``grad_norm``, the
+# global norm of the gradient the update applied).
 STAT_NAMES = ("loss_sum", "target_tokens", "correct", "source_tokens",
               "source_positions", "target_positions")
+
+
+def sums_across_replicas(optimizer) -> bool:
+    """Whether ``optimizer.apply`` all-reduces (sums) the replicas' gradients itself, as Keras
+    optimizers do; ``schedule.paper_optimizer``'s does not (the step has summed them)."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)  # LossScaleOptimizer
+    return not getattr(inner, "gradients_are_summed", False)
 
 
 def _unpack(batch):
@@ -34,8 +46,8 @@ class TrainStep:
     Call ``step(iterator)`` with an iterator over ``strategy.distribute_datasets_from_function``
     (it consumes ``accumulation_steps`` batches) or ``step_on_batches(batches)`` with a tuple of
     ``accumulation_steps`` already distributed batches. Both return a dict of the global sums of
-    ``STAT_NAMES`` plus ``stop_and_save``, the sum over replicas of the two votes passed in (stop,
-    save; how the workers of a multi-worker job agree on when to save or stop).
+    ``STAT_NAMES``, ``grad_norm`` and ``stop_and_save``, the sum over replicas of the two votes
+    passed in (stop, save; how the workers of a multi-worker job agree on when to save or stop).
     """
 
     def __init__(self, model, optimizer, strategy=None, *, label_smoothing: float = 0.1,
@@ -49,6 +61,7 @@ class TrainStep:
         self.pad_id = int(pad_id)
         self.accumulation_steps = int(accumulation_steps)
         self.jit_compile = bool(jit_compile)
+        self._optimizer_sums = sums_across_replicas(optimizer)
         self._forward_backward = tf.function(self._forward_backward_fn, jit_compile=jit_compile)
         self._iterator_step = tf.function(self._iterator_step_fn)
         self._batches_step = tf.function(self._batches_step_fn, reduce_retracing=True)
@@ -90,10 +103,23 @@ class TrainStep:
         grads, stats = accumulated
         context = tf.distribute.get_replica_context()
         global_tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, stats[1])
-        grads = [g / tf.maximum(global_tokens, 1.0) for g in grads]
-        # The optimizer sums the replicas' gradients (all-reduce) before Adam's update.
+        grads = context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                   [g / tf.maximum(global_tokens, 1.0) for g in grads])
+        # The gradients of a scaled loss (float16): the norm of the unscaled ones.
+        grad_norm = tf.linalg.global_norm(grads) / self._loss_scale()
+        if self._optimizer_sums and context.num_replicas_in_sync > 1:
+            # An optimizer that sums the replicas' gradients again gets each replica's share.
+            grads = [g / context.num_replicas_in_sync for g in grads]
         self.optimizer.apply(grads, self.model.trainable_variables)
-        return stats, tf.identity(stop_and_save)
+        return stats, grad_norm, tf.identity(stop_and_save)
+
+    def _loss_scale(self):
+        """The factor ``optimizer.scale_loss`` multiplies the loss by (read before the update,
+        which may change it)."""
+        scale = getattr(self.optimizer, "dynamic_scale", None)  # LossScaleOptimizer
+        if scale is None:
+            scale = getattr(self.optimizer, "loss_scale_factor", None) or 1.0
+        return tf.cast(tf.convert_to_tensor(scale), tf.float32)
 
     # --- whole step (cross-replica) ----------------------------------------------------------
     def _run(self, batches, stop_and_save):
@@ -101,9 +127,11 @@ class TrainStep:
         for batch in batches:
             args = (batch,) if accumulated is None else (batch, accumulated)
             accumulated = self.strategy.run(self._micro_fn, args=args)
-        stats, stop_and_save = self.strategy.run(self._apply_fn,
-                                                 args=(accumulated, stop_and_save))
+        stats, grad_norm, stop_and_save = self.strategy.run(self._apply_fn,
+                                                            args=(accumulated, stop_and_save))
         result = {name: self._sum(value) for name, value in zip(STAT_NAMES, stats)}
+        # The same on every replica: one replica's value.
+        result["grad_norm"] = self.strategy.experimental_local_results(grad_norm)[0]
         result["stop_and_save"] = self._sum(stop_and_save)
         return result
 
@@ -139,18 +167,24 @@ class TrainStep:
         logits = self.model((source, target_in), training=False)
         loss_sum, num_tokens = label_smoothed_cross_entropy(
             target_out, logits, self.label_smoothing, self.pad_id)
+        nll_sum, _ = label_smoothed_cross_entropy(target_out, logits, 0.0, self.pad_id)
         correct, _ = token_accuracy_counts(target_out, logits, self.pad_id)
-        return [loss_sum, num_tokens, correct]
+        return [loss_sum, num_tokens, correct, nll_sum]
 
     def _eval_fn(self, batch):
         stats = self.strategy.run(self._eval_replica_fn, args=(batch,))
         return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, s, axis=None) for s in stats]
 
     def evaluate(self, distributed_dataset) -> dict:
-        """Label-smoothed loss per real target token and token accuracy over a whole dataset."""
-        totals = [0.0, 0.0, 0.0]
+        """Over a whole dataset, per real target token (subword, EOS included): the
+        label-smoothed ``loss`` (what training minimises), the unsmoothed negative
+        log-likelihood ``nll`` and its ``perplexity`` exp(nll) (Table 3's PPL, per subword),
+        and the token ``accuracy``."""
+        totals = [0.0, 0.0, 0.0, 0.0]
         for batch in distributed_dataset:
             totals = [t + float(v) for t, v in zip(totals, self._eval(batch))]
-        loss_sum, tokens, correct = totals
-        return {"loss": loss_sum / max(tokens, 1.0), "accuracy": correct / max(tokens, 1.0),
-                "target_tokens": tokens}
+        loss_sum, tokens, correct, nll_sum = totals
+        nll = nll_sum / max(tokens, 1.0)
+        return {"loss": loss_sum / max(tokens, 1.0), "nll": nll,
+                "perplexity": math.exp(nll) if nll < 700 else math.inf,
+                "accuracy": correct / max(tokens, 1.0), "target_tokens": tokens}

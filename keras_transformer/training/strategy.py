@@ -2,15 +2,21 @@
 
 The paper trained on one machine with 8 GPUs (section 5.2): ``mirrored``. ``multi_worker_mirrored``
 reads the cluster from the ``TF_CONFIG`` environment variable. ``one_device`` places everything
-on the first GPU (or the CPU), ``default`` is TensorFlow's no-op strategy.
+on the first GPU (or the CPU), ``default`` is TensorFlow's no-op strategy. ``auto``: ``mirrored``
+when more than one GPU (or, with ``num_cpu_devices``, logical CPU device) is visible, else
+``default``.
 """
+
+from __future__ import annotations
 
 import json
 import os
+from typing import TYPE_CHECKING
 
-import tensorflow as tf
+if TYPE_CHECKING:  # TensorFlow is imported where it is used: the lists below come without it
+    import tensorflow as tf
 
-STRATEGIES = ("default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 # Training compute dtypes by name; "auto" is resolved by ``resolve_precision``.
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
 
@@ -21,6 +27,8 @@ def configure_cpu_devices(count: int) -> None:
     Must run before TensorFlow initialises its devices (before the first op or strategy), so
     that ``MirroredStrategy`` has several replicas on a machine without GPUs.
     """
+    import tensorflow as tf
+
     count = int(count)
     if count < 1:
         raise ValueError(f"The number of logical CPU devices must be >= 1, got {count}.")
@@ -40,12 +48,18 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
     """Returns the strategy called ``name`` (one of ``STRATEGIES``).
 
     ``num_cpu_devices > 0`` first creates that many logical CPU devices; ``mirrored`` then
-    mirrors over them when the machine has no GPU.
+    mirrors over them when the machine has no GPU. See ``describe`` for what was chosen.
     """
+    import tensorflow as tf
+
     if name not in STRATEGIES:
         raise ValueError(f"Unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}.")
     if num_cpu_devices:
         configure_cpu_devices(num_cpu_devices)
+    if name == "auto":
+        devices = (tf.config.list_logical_devices("GPU")
+                   or (tf.config.list_logical_devices("CPU") if num_cpu_devices else []))
+        name = "mirrored" if len(devices) > 1 else "default"
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "multi_worker_mirrored":
@@ -72,6 +86,29 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
     return tf.distribute.TPUStrategy(resolver)
 
 
+def describe(strategy: tf.distribute.Strategy) -> str:
+    """E.g. ``mirrored over 8 devices (/gpu:0, ...)`` or ``default (one device, /cpu:0)``."""
+    import tensorflow as tf
+
+    names = {tf.distribute.MirroredStrategy: "mirrored",
+             tf.distribute.MultiWorkerMirroredStrategy: "multi_worker_mirrored",
+             tf.distribute.OneDeviceStrategy: "one_device"}
+    name = next((n for kind, n in names.items() if isinstance(strategy, kind)), None)
+    if name is None:
+        name = "tpu" if "TPU" in type(strategy).__name__ else "default"
+    if name == "default":
+        gpus = tf.config.list_logical_devices("GPU")
+        return f"default (one device, {gpus[0].name if gpus else '/cpu:0'})"
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except (AttributeError, RuntimeError):
+        devices = []
+    shown = ", ".join(d.rsplit("/", 1)[-1].lower().replace("device:", "") for d in devices[:4])
+    more = ", ..." if len(devices) > 4 else ""
+    return (f"{name} over {strategy.num_replicas_in_sync} replica(s)"
+            + (f" ({shown}{more})" if devices else ""))
+
+
 def bfloat16_cpu() -> bool:
     """True on a CPU with bfloat16 matrix instructions (AVX512-BF16 or AMX; Linux /proc/cpuinfo)."""
     try:
@@ -85,6 +122,8 @@ def bfloat16_cpu() -> bool:
 def resolve_precision(name: str) -> str:
     """``name``, or for "auto": bfloat16 on a machine without GPUs whose CPU has bfloat16 matrix
     units (there it trains about twice as fast as float32), else float32."""
+    import tensorflow as tf
+
     if name not in PRECISIONS:
         raise ValueError(f"Unknown precision {name!r}; choose one of {', '.join(PRECISIONS)}.")
     if name != "auto":

@@ -258,6 +258,8 @@ class Trainer:
         stop_reason = None
         step = start_step
         skips_are_normal = config.mixed_precision == "float16"  # dynamic loss scaling
+        for callback in callbacks:
+            callback.on_begin(start_step)
         while True:
             if config.train_steps is not None and step >= config.train_steps:
                 stop_reason = "train_steps"
@@ -277,7 +279,8 @@ class Trainer:
             run["target_tokens"] += float(stats["target_tokens"])
             stop, save_due = (bool(f > 0) for f in stats["stop_and_save"])
             is_last = stop or step == config.train_steps
-            if step % config.log_every_steps == 0 or is_last:
+            # The first step is shown too: it says how long building and compiling took.
+            if step % config.log_every_steps == 0 or is_last or step == start_step + 1:
                 self._check_finite(step, run)
                 last = interval.logs(time.monotonic())
                 last["learning_rate"] = self.learning_rate()
@@ -333,6 +336,7 @@ class Trainer:
             "final_train_loss": last.get("loss"), "final_train_accuracy": last.get("accuracy"),
             "final_learning_rate": self.learning_rate(),
             "final_dev_loss": dev_logs.get("loss"), "final_dev_accuracy": dev_logs.get("accuracy"),
+            "final_dev_perplexity": dev_logs.get("perplexity"),
             "resumed_from": run["restored"], "latest_checkpoint": self.checkpointer.latest,
             "averaged_checkpoint": averaged,
             "num_replicas": self.strategy.num_replicas_in_sync,
@@ -371,22 +375,32 @@ class _Interval:
         self.started = started
         self.sums = {}
         self.steps = 0
+        self.norms = []
 
     def add(self, stats):
         self.steps += 1
         for name, value in stats.items():
-            if name != "stop_and_save":
+            if name == "grad_norm":
+                # float16 loss scaling skips overflowing steps: their norm is not a gradient's.
+                if math.isfinite(float(value)):
+                    self.norms.append(float(value))
+            elif name != "stop_and_save":
                 self.sums[name] = self.sums.get(name, 0.0) + float(value)
 
     def logs(self, now):
         s = self.sums
+        seconds = max(now - self.started, 1e-9)
         tokens = s["target_tokens"]
         real = s["source_tokens"] + tokens
         positions = s["source_positions"] + s["target_positions"]
         return {
             "loss": s["loss_sum"] / max(tokens, 1.0),
             "accuracy": s["correct"] / max(tokens, 1.0),
-            "tokens_per_second": real / max(now - self.started, 1e-9),
+            "grad_norm": sum(self.norms) / len(self.norms) if self.norms else math.nan,
+            "step_seconds": seconds / max(self.steps, 1),
+            # Real (non-padding) target tokens, what fairseq's "wps" counts; and source + target.
+            "target_tokens_per_second": tokens / seconds,
+            "tokens_per_second": real / seconds,
             "padding_fraction": 1.0 - real / max(positions, 1.0),
             "steps_in_interval": self.steps,
         }
