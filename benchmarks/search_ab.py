@@ -1,7 +1,7 @@
 """Two versions of the search code, A/B in one process: an earlier ``decoding.py`` against today's.
 
     git worktree add /tmp/before <commit>
-    python -m benchmarks.search_ab --before=/tmp/before/keras_transformer/decoding.py
+    python -m benchmarks.search_ab --before=/tmp/before/keras_transformer/decoding.py --before_name=<commit>
 
 Both searches get the same model (a randomly initialised preset), the same step function and
 caches (``inference.search_inputs``, as the Translator builds them) and the same batches of random
@@ -27,6 +27,8 @@ flags.adopt_module_key_flags(decoding_flags)
 
 flags.DEFINE_string("before", None, "The earlier decoding.py (e.g. from a git worktree).")
 flags.mark_flag_as_required("before")
+flags.DEFINE_string("before_name", None, "What --before is (e.g. its commit), recorded in the JSON "
+                    "instead of its path.")
 flags.DEFINE_string("preset", "small", "Model preset (random weights).")
 flags.DEFINE_list("configs", ["beam4:16:off", "beam4:64:off", "beam4:16:xla"],
                   "SEARCH:BATCH:off|xla, SEARCH = beamK or greedy.")
@@ -125,7 +127,8 @@ def main(argv):
               f"({int(outputs['after'][1])} steps, identical outputs)", flush=True)
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
     with open(FLAGS.output, "w") as stream:
-        json.dump({"before": FLAGS.before, "preset": FLAGS.preset, "cpus": os.cpu_count(),
+        json.dump({"before": FLAGS.before_name or FLAGS.before, "preset": FLAGS.preset,
+                   "cpus": os.cpu_count(),
                    "results": results}, stream, indent=1)
 
 

@@ -134,6 +134,12 @@ def test_tfds_builder_serves_the_hash_splits(tmp_path):
         loaded = tfds.load("ding_de_en", split=tfds_split, data_dir=config.data_dir,
                            builder_kwargs={"ding_file": str(source)})
         assert len(list(loaded)) == len(expected[tfds_split])
+        # A prefix (the dev-BLEU subset, --limit) is the split's first pairs; a limit beyond
+        # the split gives all of it.
+        for limit in (3, len(ours) + 5):
+            prefix = [(a.decode(), b.decode())
+                      for a, b in data.load_text_pairs(config, split, limit).as_numpy_iterator()]
+            assert prefix == ours[:limit]
 
     # A different dictionary file is not served silently from the old preparation.
     source.write_text("".join(lines[:-1]), encoding="utf-8")

@@ -32,6 +32,7 @@ Every flag of ``python -m trainers.wmt`` works here too (``--preset``, ``--dropo
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -205,7 +206,7 @@ def stage_average(summary):
 
     if not FLAGS.average_last:
         say(f"--average_last=0: using the last checkpoint {summary['latest_checkpoint']}")
-        return None, [summary["latest_checkpoint"]]
+        return runs.LATEST, [summary["latest_checkpoint"]]
     # absolute: see training_command
     paths = checkpoint_paths(os.path.abspath(FLAGS.model_dir))[-FLAGS.average_last:]
     if not summary.get("averaged_checkpoint"):
@@ -355,8 +356,8 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
         f"{os.path.dirname(paths[0])}",
         f"TensorBoard tensorboard --logdir={model_dir}  (pip install -e '.[tensorboard]')",
         f"next        python -m trainers.translate --saved_model={paths[0]} --text=\"Good morning.\"",
-        f"            python -m trainers.quickstart --train_more   # {FLAGS.train_minutes:g} more "
-        "minutes on this run",
+        f"            {this_command('--train_more')}   # {FLAGS.train_minutes:g} more minutes on "
+        "this run",
         "paper       python -m trainers.wmt --dataset=wmt14_en_de --preset=base   # the paper's "
         "base model and recipe, on GPUs",
         "=" * 78,
@@ -379,6 +380,12 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
               "text": text}
     write_file("translate", os.path.join(FLAGS.model_dir, runs.REPORT_FILE),
                json.dumps(record, indent=1))
+
+
+def this_command(*extra) -> str:
+    """The command line that ran this program (pasteable), with ``extra`` flags."""
+    given = [arg for arg in sys.argv[1:] if arg not in extra]
+    return " ".join(["python -m trainers.quickstart", *map(shlex.quote, given), *extra])
 
 
 def _size(path) -> str:

@@ -70,15 +70,22 @@ def prepare_offline(config: DataConfig):
     return builder
 
 
-def load_text_pairs(config: DataConfig, split: str) -> tf.data.Dataset:
-    """``(source, target)`` ``tf.string`` pairs of ``split`` in {"train", "dev", "test"}."""
+def load_text_pairs(config: DataConfig, split: str, limit: Optional[int] = None) -> tf.data.Dataset:
+    """``(source, target)`` ``tf.string`` pairs of ``split`` in {"train", "dev", "test"} (its
+    first ``limit`` pairs if given)."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r}: choose one of {', '.join(SPLITS)}")
     if config.dataset in wmt.WMT14:
-        return wmt.load(config.dataset, split, config.data_dir)
+        pairs = wmt.load(config.dataset, split, config.data_dir)
+        return pairs.take(limit) if limit else pairs
     if config.dataset in OFFLINE_DATASETS:
         builder = prepare_offline(config)
-        examples = builder.as_dataset(split=wmt.tfds_split(split), shuffle_files=False)
+        # A prefix as TFDS's own split slice: .take() on the dataset TFDS caches in memory would
+        # leave the cache half-read (and TensorFlow warns about it).
+        name = wmt.tfds_split(split)
+        if limit and limit < builder.info.splits[name].num_examples:  # TFDS refuses longer slices
+            name += f"[:{limit}]"
+        examples = builder.as_dataset(split=name, shuffle_files=False)
         return examples.map(lambda ex: (ex["en"], ex["de"]), num_parallel_calls=tf.data.AUTOTUNE)
     assert config.dataset == FILES_DATASET
     spec = getattr(config, _SPEC_FLAGS[split])
@@ -87,14 +94,13 @@ def load_text_pairs(config: DataConfig, split: str) -> tf.data.Dataset:
             f"{_SPEC_FLAGS[split]} is not set: dataset='files' needs it for the {split} split "
             "(PATH.tsv or SRC_PATH,TGT_PATH)."
         )
-    return files.load(files.parse_spec(spec, _SPEC_FLAGS[split]))
+    pairs = files.load(files.parse_spec(spec, _SPEC_FLAGS[split]))
+    return pairs.take(limit) if limit else pairs
 
 
 def read_pairs(config: DataConfig, split: str, limit: Optional[int] = None) -> Tuple[list, list]:
     """(sources, references) of ``split`` (its first ``limit`` pairs) as Python strings."""
-    pairs = load_text_pairs(config, split)
-    if limit:
-        pairs = pairs.take(limit)
+    pairs = load_text_pairs(config, split, limit)
     sources, references = [], []
     for source, target in pairs.as_numpy_iterator():
         sources.append(source.decode("utf-8"))
@@ -174,7 +180,7 @@ def check_not_empty(
 ) -> None:
     """Raises if the first ``probe`` pairs of ``split`` (all, if fewer) are all longer than
     ``max_length``: a repeated empty dataset would otherwise wait forever for a batch."""
-    pairs = load_text_pairs(config, split).take(probe)
+    pairs = load_text_pairs(config, split, probe)
     stats = batching.length_statistics(batching.encode_pairs(pairs, tokenizer), config.max_length)
     if stats.examples == stats.too_long:
         source = getattr(config, _SPEC_FLAGS[split]) or f"{config.dataset} {split} split"
