@@ -12,7 +12,7 @@ beam settings are baked into the graphs. The checkpoint is the run's averaged on
 its best, else its latest); stderr names it. Prints the paths, a ``tensorflow_model_server`` command
 line and a ``curl`` request for them.
 
---format=ctranslate2 (needs the optional extra: pip install 'keras-transformer[ctranslate2]') writes
+--format=ctranslate2 (needs the optional extra: pip install -e '.[ctranslate2]') writes
 EXPORT_DIR/NAME_ctranslate2/VERSION, a CTranslate2 model folder (C++ CPU/GPU inference engine) with
 the SentencePiece model ``vocab.model`` beside it (--quantization=int8 etc. for smaller weights), and
 prints the Python lines that translate with it.

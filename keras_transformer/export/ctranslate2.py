@@ -41,7 +41,7 @@ def _require_ctranslate2():
         from ctranslate2.specs import transformer_spec
     except ImportError:
         raise ValueError("the CTranslate2 export needs the 'ctranslate2' package: "
-                         "pip install 'keras-transformer[ctranslate2]' (or pip install ctranslate2).") from None
+                         "pip install -e '.[ctranslate2]' in the project folder (or pip install ctranslate2).") from None
     return transformer_spec
 
 
