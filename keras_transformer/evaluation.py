@@ -60,7 +60,7 @@ def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str]) -> Ble
 
 
 def paper_tokenize(text: str, lang: str = "de") -> str:
-    """Moses tokenization (tokenizer.perl -l LANG) followed by the compound split ``a-b`` ->
+    r"""Moses tokenization (tokenizer.perl -l LANG) followed by the compound split ``a-b`` ->
     ``a ##AT##-##AT## b``, once, exactly as ``perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`` does
     (matches do not overlap, so ``a-b-c`` keeps its second hyphen: the paper's numbers were measured so)."""
     return _COMPOUND_HYPHEN.sub(r"\1 ##AT##-##AT## \2", _moses(lang).tokenize(text, return_str=True))
