@@ -70,6 +70,6 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
         f"strategy={describe(strategy)}, xla={training_config.jit_compile}, precision={training_config.mixed_precision}, "
         f"dataset={data_config.dataset}, vocabulary={tokenizer.vocab_size}, model_dir={model_dir}"))
     if chief:
-        log(timestamped(f"TensorBoard: tensorboard --logdir={model_dir} (pip install "
-                        "'.[tensorboard]' in this project)"))
+        log(timestamped(f"TensorBoard: tensorboard --logdir={model_dir} "
+                        "(pip install -e '.[tensorboard]' in the project folder)"))
     return trainer.fit(train_fn, dev_fn, callbacks)
