@@ -28,12 +28,10 @@ def load_translator(decoding_config, vocab_path=None):
 
     from trainers import decoding_flags
 
-    translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint, decoding_config,
-                                      vocab_path)
-    if FLAGS.checkpoint:
-        why = f"--checkpoint={FLAGS.checkpoint}"
-    else:
-        name, _ = runs.default_checkpoint(FLAGS.model_dir)
+    checkpoint, why = FLAGS.checkpoint, f"--checkpoint={FLAGS.checkpoint}"
+    if not checkpoint:  # chosen once, here, so that the line names the one loaded
+        name, checkpoint = runs.default_checkpoint(FLAGS.model_dir)
         why = f"{name}; the default: " + ", else ".join(runs.DEFAULT_ORDER)
+    translator = runs.load_translator(FLAGS.model_dir, checkpoint, decoding_config, vocab_path)
     return translator, (f"{translator.checkpoint} ({why}), "
                         f"{decoding_flags.describe(translator.decoding)}")

@@ -25,6 +25,7 @@ import sys
 from absl import app, flags
 
 from keras_transformer.config import PRESETS
+from keras_transformer.data.config import WMT14_DATASETS
 from keras_transformer.training.strategy import PRECISIONS, STRATEGIES
 from trainers import checks, console, data_flags
 
@@ -223,7 +224,7 @@ def check_dataset_choice():
             "which data? --dataset=wmt14_en_de (the paper's; TFDS must have downloaded it), "
             "libreoffice_help_en_de or ding_de_en (offline), or files with --train_data; "
             + OFFLINE_HINT + ".")
-    offline = FLAGS.dataset not in ("wmt14_en_de", "wmt14_en_fr")
+    offline = FLAGS.dataset not in WMT14_DATASETS
     if offline and FLAGS.preset in ("base", "big") and not FLAGS["train_steps"].present and (
             FLAGS.train_minutes is None):
         print(f"wmt: note: --preset={FLAGS.preset} for {FLAGS.train_steps:,} steps is the paper's "
