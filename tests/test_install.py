@@ -1,7 +1,9 @@
 """What a user installs: every `pip install` line the project shows installs this project from a
-path (its PyPI name belongs to another project) or a named third-party package; the README's links
-and images resolve; and every install requirement has a wheel for Python 3.10 and 3.13 on Linux
-x86-64 (asked of PyPI when the network is there, skipped otherwise)."""
+path or by its own distribution name, or a named third-party package; the links and images of the
+README and docs/ resolve; the README stays one screen; and every install requirement, in its range
+and as pinned, has a wheel for each Python that `python_requires` admits on Linux x86-64, and
+TensorFlow none for the first one it excludes (asked of PyPI when the network is there, skipped
+otherwise)."""
 
 import configparser
 import glob
@@ -53,36 +55,68 @@ def install_arguments(text):
                 break  # a closing backtick or bracket, or the end of a sentence
 
 
+def distribution_name():
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    return config["metadata"]["name"]
+
+
 def test_every_pip_install_line_installs_this_project_from_a_path():
+    own = distribution_name()
     seen = 0
     for where, text in shown_text():
         for line, argument in install_arguments(text):
             seen += 1
             is_path = argument.startswith((".", "/", "~")) or "{" in argument
             name = re.split(r"[\[=<>]", argument)[0].lower()
-            # Not by name (PyPI's keras-transformer is another project), nor from a git address
-            # (this project has no public one yet).
-            assert is_path or name in THIRD_PARTY, f"{where}: {line!r} installs {argument!r}"
+            # From a path or by its own distribution name (PyPI's keras-transformer is another
+            # project), never from a git address (this project has no public one yet).
+            assert is_path or name in THIRD_PARTY or name == own, \
+                f"{where}: {line!r} installs {argument!r}"
             assert "git+" not in argument, f"{where}: {line!r}"
     assert seen >= 5
 
 
-def test_readme_links_and_images_resolve():
+def local_links(path):
+    """The links and image paths of a Markdown file that point into the repository."""
+    with open(path, encoding="utf-8") as stream:
+        text = stream.read()
+    targets = re.findall(r"\]\(([^)\s]+)\)", text) + re.findall(r'<img[^>]+src="([^"]+)"', text)
+    return [t.split("#")[0] for t in targets if not re.match(r"[a-z]+://", t) and t.split("#")[0]]
+
+
+@pytest.mark.parametrize("page", ["README.md"] + sorted(
+    os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))))
+def test_links_and_images_resolve(page):
+    links = local_links(os.path.join(ROOT, page))
+    folder = os.path.dirname(os.path.join(ROOT, page))
+    missing = [t for t in links if not os.path.exists(os.path.join(folder, t))]
+    assert not missing, f"{page}: {missing}"
+
+
+def test_readme_is_one_screen_with_pictures_and_links_every_docs_page():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as stream:
         readme = stream.read()
-    targets = re.findall(r"\]\(([^)\s]+)\)", readme) + re.findall(r'<img[^>]+src="([^"]+)"', readme)
-    local = [t.split("#")[0] for t in targets if not re.match(r"[a-z]+://", t) and t.split("#")[0]]
-    assert local
-    missing = [t for t in local if not os.path.exists(os.path.join(ROOT, t))]
-    assert not missing, missing
+    assert len(readme) <= 12000, f"README.md has {len(readme)} characters; move depth to docs/"
+    images = [t for t in local_links(os.path.join(ROOT, "README.md")) if t.endswith((".png", ".svg"))]
+    assert len(set(images)) >= 3, images
+    pages = {os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md"))}
+    assert pages and pages <= set(local_links(os.path.join(ROOT, "README.md"))), \
+        f"docs pages the README does not link: {pages - set(local_links(os.path.join(ROOT, 'README.md')))}"
 
 
 def requirements():
+    """(install requirements, pinned requirements, python_requires) of setup.cfg."""
     config = configparser.ConfigParser()
     config.read(os.path.join(ROOT, "setup.cfg"))
-    lines = config["options"]["install_requires"].strip().splitlines()
-    return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()], \
-        config["options"]["python_requires"].strip()
+
+    def lines(value):
+        return [line.split("#")[0].strip() for line in value.strip().splitlines()
+                if line.split("#")[0].strip()]
+
+    return (lines(config["options"]["install_requires"]),
+            lines(config["options.extras_require"]["pinned"]),
+            config["options"]["python_requires"].strip())
 
 
 def index_files(name):
@@ -111,26 +145,61 @@ def has_wheel(files, python):
         and "x86_64" in f) for f, requires in files)
 
 
-def test_every_requirement_has_a_wheel_for_python_3_10_and_3_13_on_linux():
+def admitted_pythons(python_requires):
+    """The Python 3 minor versions from 3.8 to 3.15 that ``python_requires`` admits."""
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(python_requires)
+    return [f"3.{minor}" for minor in range(8, 16) if spec.contains(f"3.{minor}.0")]
+
+
+def candidate_versions(files, specifier):
+    """The releases pip could pick for ``specifier`` (not pre-releases)."""
+    from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
-    reqs, python_requires = requirements()
-    assert python_requires == ">=3.10"
-    for requirement in reqs:
-        name, operator, version = re.match(r"([A-Za-z0-9_.-]+)\s*(==|>=)?\s*(\S*)",
-                                           requirement).groups()
+    spec = SpecifierSet(specifier)
+    return [v for v in files if not Version(v).is_prerelease and spec.contains(v)]
+
+
+def test_python_requires_and_the_pinned_stack_agree():
+    reqs, pinned, python_requires = requirements()
+    pythons = admitted_pythons(python_requires)
+    assert pythons[0] == "3.10" and "3.13" in pythons, python_requires
+    names = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower(): r for r in reqs}
+    for pin in pinned:
+        from packaging.requirements import Requirement
+
+        pin = Requirement(pin)
+        assert pin.name.lower() in names, f"pinned {pin.name} is not an install requirement"
+        version = str(pin.specifier).lstrip("=")
+        assert Requirement(names[pin.name.lower()]).specifier.contains(version), \
+            f"pinned {pin} is outside the range {names[pin.name.lower()]}"
+
+
+def test_every_requirement_has_a_wheel_for_every_admitted_python_on_linux():
+    from packaging.requirements import Requirement
+
+    reqs, pinned, python_requires = requirements()
+    pythons = admitted_pythons(python_requires)
+    for requirement in reqs + pinned:
+        requirement = Requirement(requirement)
         try:
-            files = index_files(name)
+            files = index_files(requirement.name)
         except urllib.error.HTTPError:
             raise
         except (urllib.error.URLError, OSError, TimeoutError) as error:
             pytest.skip(f"PyPI is not reachable from here ({error})")
-        if operator == "==":
-            candidates = [version]
-        else:  # pip takes the newest release that has a wheel for the Python at hand
-            candidates = [v for v in files if not Version(v).is_prerelease
-                          and (not version or Version(v) >= Version(version))]
+        candidates = candidate_versions(files, str(requirement.specifier))
         assert candidates, f"{requirement}: no such release on PyPI"
-        for python in ("3.10", "3.13"):
+        for python in pythons:
+            # pip takes the newest release in the range that has a wheel for the Python at hand
             assert any(has_wheel(files.get(v, []), python) for v in candidates), (
                 f"{requirement}: no wheel for Python {python} on Linux x86-64")
+    # The upper bound is true too: the first Python excluded has no TensorFlow in range.
+    excluded = f"3.{int(pythons[-1].split('.')[1]) + 1}"
+    tensorflow = next(Requirement(r) for r in reqs if r.startswith("tensorflow>"))
+    files = index_files("tensorflow")
+    assert not any(has_wheel(files.get(v, []), excluded)
+                   for v in candidate_versions(files, str(tensorflow.specifier))), \
+        f"TensorFlow in {tensorflow.specifier} has a wheel for Python {excluded}: widen python_requires"

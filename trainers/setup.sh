@@ -3,7 +3,9 @@
 #   system packages (Python venv support, the offline English-German corpus `trans-de-en`),
 #   the LibreOffice help pages in English and German (the main job's corpus, unpacked into
 #   data/libreoffice-help), a virtual environment (default .venv, override with VENV=...), and this package in it.
-# Usage: bash trainers/setup.sh [EXTRA]     e.g. `bash trainers/setup.sh test` adds the test extras.
+# Usage: bash trainers/setup.sh [EXTRA]     e.g. `bash trainers/setup.sh test` adds the test extras,
+#        `bash trainers/setup.sh gpu` TensorFlow's CUDA libraries. Always with the `pinned` extra: the exact
+#        stack the project is tested with (setup.cfg).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extra="${1:-}"
@@ -57,8 +59,8 @@ if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating virtual environment $venv"
   "$python" -m venv "$venv"
 fi
-spec="."
-[ -n "$extra" ] && spec=".[$extra]"
+spec=".[pinned]"
+[ -n "$extra" ] && spec=".[pinned,$extra]"
 echo "setup: pip install -e '$spec' into $venv (the first time downloads ~2.7 GB)"
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q -e "$spec"
