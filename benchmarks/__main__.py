@@ -3,6 +3,7 @@
     python -m benchmarks                                   # ~1 hour on 2 cores; writes benchmarks/results/
     python -m benchmarks --model_dir=runs/quickstart       # decoding on a trained model (CTranslate2 too)
     python -m benchmarks --smoke --output_dir=/tmp/bench   # seconds per part: every code path once
+    python -m benchmarks --parts=                          # the report again from the JSON files
 
 Runs, each in a fresh process (so each measures its own memory and thread pools):
 
@@ -15,7 +16,9 @@ Runs, each in a fresh process (so each measures its own memory and thread pools)
 
 and writes OUTPUT_DIR/PART.json for each, OUTPUT_DIR/report.json (all of them plus the targets)
 and OUTPUT_DIR/report.md. With --parts, the parts not run are taken from OUTPUT_DIR's earlier
-JSON files, each section stating when it was measured. The README quotes the committed
+JSON files, each section stating when it was measured. If OUTPUT_DIR/profile.json exists
+(``python -m benchmarks.profile_step --output=OUTPUT_DIR/profile.md``), each missed training goal
+of the targets table names the largest items of that profile. The README quotes the committed
 benchmarks/results/report.md.
 """
 
@@ -35,7 +38,7 @@ flags.DEFINE_string("model_dir", None, "A training run whose (averaged) weights 
 flags.DEFINE_string("checkpoint", "averaged", "With --model_dir: which checkpoint.")
 flags.DEFINE_list("parts", ["training_throughput", "decoding", "input_pipeline"],
                   "Which benchmarks to run (the others' earlier results in --output_dir are "
-                  "reported again).")
+                  "reported again); empty (--parts=): none, the report is written again.")
 flags.DEFINE_bool("smoke", False, "Each part in its seconds-long smoke mode.")
 flags.DEFINE_string("data_dir", None, "Data directory of the Ding corpus (default: each part's).")
 
@@ -76,11 +79,11 @@ def report(results, output_dir):
              + (f" --model_dir={FLAGS.model_dir}" if FLAGS.model_dir else "") + "`.", ""]
     targets = []
     if "training_throughput" in results:
-        peaks = results["training_throughput"]["matmul_peak_flops"]
-        lines += [f"Matmul peak measured in the same run ({results['training_throughput']['matmul_size']}"
-                  f"^3): float32 {peaks['float32'] / 1e9:,.1f} GFLOP/s, bfloat16 "
-                  f"{peaks['bfloat16'] / 1e9:,.1f} GFLOP/s.", ""]
-        targets += training_targets(results["training_throughput"])
+        lines += [common.peak_line(results["training_throughput"]), ""]
+        # benchmarks.profile_step's breakdown, if one was written here: why a goal is missed.
+        profile_path = os.path.join(output_dir, "profile.json")
+        profile = read_part(profile_path) if os.path.exists(profile_path) else None
+        targets += training_targets(results["training_throughput"], profile)
     if "decoding" in results:
         targets += decoding_targets(results["decoding"])
     if targets:
@@ -88,8 +91,10 @@ def report(results, output_dir):
                                                              "note"]), ""]
     for part, result in results.items():
         measured = result["machine"]
+        end = measured.get("load_average_at_end")
         lines += [f"## {TITLES[part]}", "", f"Measured {measured['date']}, load average "
-                  f"{measured['load_average'][0]} at the start.", ""]
+                  f"{measured['load_average'][0]} at the start"
+                  + (f", {end[0]} at the end" if end else "") + ".", ""]
         if part == "training_throughput":
             data = result["data"]
             lines += [f"{data['batches']} real batches of {data['dataset']} train, "
@@ -113,7 +118,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     unknown = set(FLAGS.parts) - set(PARTS)
-    if unknown or not FLAGS.parts:
+    if unknown:
         raise app.UsageError(f"--parts={','.join(FLAGS.parts)}: choose from {', '.join(PARTS)}.")
     output_dir = FLAGS.output_dir or (os.path.join("runs", "benchmarks", "smoke") if FLAGS.smoke
                                       else os.path.join("benchmarks", "results"))
@@ -126,6 +131,8 @@ def main(argv):
         elif os.path.exists(path):
             print(f"\n=== {part}: not run; reporting the earlier results in {path} ===")
             results[part] = read_part(path)
+    if not results:
+        raise app.UsageError(f"nothing to report: no benchmark results in {output_dir}.")
     print("\n" + report(results, output_dir))
     print(f"\nwrote {output_dir}/report.md and report.json")
 

@@ -28,20 +28,109 @@ def machine() -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
-def matmul_peak(n: int, dtype: str = "float32", repeats: int = 5) -> float:
-    """Best FLOP/s of an n x n by n x n ``tf.matmul`` in ``dtype`` (2 n^3 FLOPs)."""
-    import tensorflow as tf
+class MatmulPeak:
+    """The machine's matmul peak, sampled at several moments of a run (before, between and after
+    the measurements it is the denominator of): a single measurement taken while another process
+    held a core understates the peak, and every ratio divided by it then overstates the model's
+    share. The peak is the best sample; the spread of the samples says how steady the machine was.
 
-    a = tf.cast(tf.random.normal([n, n]), dtype)
-    b = tf.cast(tf.random.normal([n, n]), dtype)
-    matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32)))
-    matmul(a, b).numpy()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        matmul(a, b).numpy()
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * n ** 3 / best
+    Each sample of a dtype is the best FLOP/s of ``repeats`` n x n by n x n ``tf.matmul`` after
+    one warm-up (2 n^3 FLOPs each).
+    """
+
+    def __init__(self, n: int, dtypes=("float32", "bfloat16"), repeats: int = 5):
+        import tensorflow as tf
+
+        self.n, self.dtypes, self.repeats = n, tuple(dtypes), repeats
+        self.samples = []  # [{"when": str, dtype: FLOP/s, ...}]
+        self._inputs = {dtype: (tf.cast(tf.random.normal([n, n]), dtype),
+                                tf.cast(tf.random.normal([n, n]), dtype)) for dtype in self.dtypes}
+        self._matmul = tf.function(
+            lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32)))
+
+    def sample(self, when: str) -> dict:
+        """Measures every dtype once now; ``when`` says where in the run (for the JSON)."""
+        sample = {"when": when}
+        for dtype, (a, b) in self._inputs.items():
+            self._matmul(a, b).numpy()
+            best = float("inf")
+            for _ in range(self.repeats):
+                start = time.perf_counter()
+                self._matmul(a, b).numpy()
+                best = min(best, time.perf_counter() - start)
+            sample[dtype] = 2.0 * self.n ** 3 / best
+        self.samples.append(sample)
+        return sample
+
+    def best(self, dtype: str) -> float:
+        return max(sample[dtype] for sample in self.samples)
+
+    def peaks(self) -> dict:
+        return {dtype: self.best(dtype) for dtype in self.dtypes}
+
+    def spread(self) -> dict:
+        """Per dtype: median, min and max FLOP/s over the samples, and how many there were."""
+        return {dtype: {**median_min_max([s[dtype] for s in self.samples]),
+                        "samples": len(self.samples)} for dtype in self.dtypes}
+
+
+PEAK_ERROR = "(above the peak of its precision: the peak was measured too low)"
+
+
+def peak_error(row) -> bool:
+    """A row faster than the matmul peak of its own precision cannot be: the peak is wrong."""
+    key = "fraction_of_fp32_peak" if row["precision"] == "float32" else "fraction_of_bf16_peak"
+    return row[key] > 1.0
+
+
+def peak_line(result) -> str:
+    """The report's sentence on the peaks: the best sample and the spread of all of them."""
+    peaks, spread = result["matmul_peak_flops"], result.get("matmul_peak_spread")
+    if not spread:  # results written before the peak was sampled several times
+        return (f"Matmul peak measured in the same run ({result['matmul_size']}^3): " + ", ".join(
+            f"{dtype} {value / 1e9:,.1f} GFLOP/s" for dtype, value in peaks.items()) + ".")
+    count = next(iter(spread.values()))["samples"]
+    return (f"Matmul peak measured in the same run ({result['matmul_size']}^3, the best of "
+            f"{count} samples taken before, between and after the configurations; every "
+            "ratio divides by it): " + "; ".join(
+                f"{dtype} {peaks[dtype] / 1e9:,.1f} GFLOP/s (samples: median "
+                f"{s['median'] / 1e9:,.1f}, min {s['min'] / 1e9:,.1f}, max {s['max'] / 1e9:,.1f})"
+                for dtype, s in spread.items()) + ".")
+
+
+# The main job's model and batches (trainers/quickstart.py QUICKSTART_DEFAULTS; a test keeps the
+# two equal): its training speed is measured beside the presets'.
+MAIN_JOB = dict(preset="mini", dataset="libreoffice_help_en_de", vocab_size=2000,
+                token_budget=2048, max_length=64, norm_first=True, dropout_rate=0.1,
+                mixed_precision="auto")
+
+
+def parameter_counts(model):
+    """(encoder weights, decoder weights, pre-softmax projection weights)."""
+    import numpy as np
+
+    def count(layer):
+        return int(sum(np.prod(v.shape) for v in layer.trainable_variables))
+
+    config = model.config
+    return count(model.encoder), count(model.decoder), config.output_vocab_size * config.d_model
+
+
+def real_batches(config, tokenizer, count):
+    """``count`` training batches as the trainer sees them, and their padding statistics."""
+    import numpy as np
+
+    from keras_transformer import data
+
+    dataset = data.make_dataset(config, tokenizer, "train", training=True, repeat=True)
+    batches = list(dataset.take(count))
+    real = padded = 0
+    for (source, _), target in batches:
+        real += int(np.count_nonzero(source.numpy()) + np.count_nonzero(target.numpy()))
+        padded += int(np.size(source.numpy()) + np.size(target.numpy()))
+    return batches, {"bucket_multiple": config.bucket_multiple, "real_tokens": real,
+                     "padded_tokens": padded, "padding_fraction": 1 - real / padded,
+                     "shapes": len({tuple(b[0][0].shape) for b in batches})}
 
 
 class PeakMemory:

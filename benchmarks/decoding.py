@@ -30,14 +30,20 @@ values copied and reordered per beam, no sentence leaving the batch), in one run
 
 The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
 weights with ``keras_transformer.export.ctranslate2`` and decodes the same test sentences, batched
-the same way, with our search and with CTranslate2 float32 on the same CPU, each with its fastest
-thread setting here (TensorFlow with one intra-op thread, --intra_op_threads, as every part of this
-benchmark; CTranslate2 with one intra_threads per core, --threads), greedy and beam 4 with length penalty off (alpha 0 / length_penalty=0: the two length penalties differ) and one
-length limit per batch (CTranslate2's max_decoding_length = longest source + extra_length, ours the
-same); pad and start are excluded on both sides. It reports both speeds, their ratio and the
-fraction of identical translations (token ids). With random weights outputs run to the limit and
-near-ties decide long random sequences, so the identical fraction is only meaningful for a trained
-model (--model_dir).
+the same way (per --ctranslate2_batch_sizes), with our search and with CTranslate2 float32 on the
+same CPU with the same number of threads: TensorFlow's intra-op x inter-op threads
+(--intra_op_threads, --inter_op_threads: one each by default, as every part of this benchmark; a
+TensorFlow graph runs independent ops on its inter-op threads, so one intra-op thread alone may
+keep two cores busy), CTranslate2's intra_threads (--threads). Greedy and beam 4, length penalty
+off (alpha 0 / length_penalty=0: the two length penalties differ), one length limit per batch
+(CTranslate2's max_decoding_length = longest source, at most the model's max_length, +
+extra_length, ours the same); pad and start are excluded on both sides. It reports both speeds, their ratio (of median wall-clock times, of the
+fastest runs, and of median CPU seconds, the least disturbed by other processes on a shared
+machine) and the fraction of identical translations (token ids). With random weights outputs run
+to the limit and near-ties decide long random sequences, so the identical fraction is only
+meaningful for a trained model (--model_dir). ``--before`` adds an earlier version of our code (a
+``keras_transformer`` folder, e.g. of a git worktree, with the same weights), timed in the same
+alternation: the before -> after column of a change.
 
 Without --model_dir the weights are random: speed depends on the weights only through the output
 lengths (a random model rarely emits EOS, so every output runs to input length + extra_length), and
@@ -82,9 +88,15 @@ PARTS = ("throughput", "translator", "sweep", "ctranslate2")
 flags.DEFINE_list("parts", list(PARTS), f"Which measurements: any of {', '.join(PARTS)}.")
 flags.DEFINE_integer("ctranslate2_sentences", 128, "Test sentences of the CTranslate2 comparison.",
                      lower_bound=1)
-flags.DEFINE_integer("ctranslate2_batch_size", 16, "Batch size of the CTranslate2 comparison.",
-                     lower_bound=1)
-flags.DEFINE_integer("threads", 0, "CTranslate2 intra_threads (0: as many as CPUs, its fastest here).")
+flags.DEFINE_list("ctranslate2_batch_sizes", ["16", "64"], "Batch sizes of the CTranslate2 "
+                  "comparison.")
+flags.DEFINE_integer("threads", 0, "CTranslate2 intra_threads (0: as many as TensorFlow's "
+                     "intra-op x inter-op threads).", lower_bound=0)
+flags.DEFINE_integer("inter_op_threads", 1, "TensorFlow inter-op threads (0: its default, one per "
+                     "core).", lower_bound=0)
+flags.DEFINE_string("before", None, "CTranslate2 part: an earlier keras_transformer folder (or "
+                    "decoding.py) to time beside today's code (see benchmarks.search_ab).")
+flags.DEFINE_string("before_name", None, "What --before is (e.g. its commit), for the tables.")
 
 FLAGS = flags.FLAGS
 BUCKET = 8  # batches are padded to a multiple of this many tokens (few XLA shapes)
@@ -287,13 +299,18 @@ def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, ext
     return rows
 
 
-def make_ours_for_comparison(model, beam_size, extra_length):
+def make_ours_for_comparison(model, beam_size, extra_length, decoding=None, package=None):
     """Our search as the Translator runs it (its cache, pad/start masked), alpha 0 and
-    one length limit for the whole batch (CTranslate2's max_decoding_length)."""
+    one length limit for the whole batch (CTranslate2's max_decoding_length). ``decoding`` and
+    ``package``: an earlier version's search module and package (``earlier_version.load_before``)."""
     import tensorflow as tf
 
-    from keras_transformer import decoding
-    from keras_transformer.inference import search_inputs
+    if decoding is None:
+        from keras_transformer import decoding
+    if package is None:
+        from keras_transformer.inference import search_inputs
+    else:
+        search_inputs = package.inference.search_inputs
     from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
 
     never = tf.scatter_nd([[PAD_ID], [START_ID]], [-1e9, -1e9], [model.config.output_vocab_size])
@@ -315,11 +332,15 @@ def make_ours_for_comparison(model, beam_size, extra_length):
     return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
 
-def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs):
-    """Our search and CTranslate2 float32 on the same weights and batches (see the docstring)."""
-    import tempfile
+def tensorflow_threads():
+    """The threads TensorFlow decodes with: intra-op x inter-op."""
+    return thread_flags.used() * (FLAGS.inter_op_threads or os.cpu_count())
 
-    import tensorflow as tf
+
+def ctranslate2_rows(model, tokenizer, sentences, batch_sizes, extra_length, runs):
+    """Our search (and --before's) and CTranslate2 float32 on the same weights, batches and number
+    of threads (see the docstring)."""
+    import tempfile
 
     try:
         import ctranslate2
@@ -327,12 +348,16 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs
         print("  ctranslate2 is not installed (pip install ctranslate2): comparison skipped.")
         return []
     from keras_transformer.export.ctranslate2 import tokenizer_pieces, write_ctranslate2
-    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
 
+    before = None
+    if FLAGS.before:
+        from benchmarks import earlier_version
+
+        before_decoding, package = earlier_version.load_before(FLAGS.before)
+        before = (before_decoding, package, earlier_version.model_of(package, model),
+                  f"ours before ({FLAGS.before_name or FLAGS.before})")
     pieces = tokenizer_pieces(tokenizer)
-    batches = batches_of(tokenizer, sentences, batch_size, bucket=1)  # no padding beyond the longest
-    tokens = [[[pieces[t] for t in row if t not in (PAD_ID, END_ID)] for row in b] for b in batches]
-    threads = FLAGS.threads or os.cpu_count()
+    threads = FLAGS.threads or tensorflow_threads()
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         path = write_ctranslate2(model, tokenizer, os.path.join(directory, "model"),
@@ -341,57 +366,90 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_size, extra_length, runs
                                         intra_threads=threads, inter_threads=1)
         for search in FLAGS.searches:
             beam = 1 if search == "greedy" else int(search[len("beam"):])
-            ours = make_ours_for_comparison(model, beam, extra_length)
+            ours = {"ours": make_ours_for_comparison(model, beam, extra_length)}
+            if before is not None:
+                ours[before[3]] = make_ours_for_comparison(before[2], beam, extra_length,
+                                                           before[0], before[1])
+            for batch_size in batch_sizes:
+                rows += _compare_with_ctranslate2(
+                    ours, engine, search, beam, batch_size, threads, pieces, tokenizer,
+                    sentences, extra_length, runs, model.config.max_length)
+    return rows
 
-            def run_ours():
-                return [[[t for t in row if t not in (PAD_ID, END_ID)] for row in ours(tf.constant(b)).numpy()]
-                        for b in batches]
 
-            def run_theirs():
-                return [[list(r.hypotheses[0]) for r in
-                         engine.translate_batch(tok, beam_size=beam, length_penalty=0.0,
-                                                max_decoding_length=int(b.shape[1]) + extra_length,
-                                                suppress_sequences=[[pieces[PAD_ID]], [pieces[START_ID]]])]
-                        for tok, b in zip(tokens, batches)]
+def _compare_with_ctranslate2(ours, engine, search, beam, batch_size, threads, pieces, tokenizer,
+                              sentences, extra_length, runs, max_length):
+    import tensorflow as tf
 
-            timings = {}
-            functions = {"ours": run_ours, "ctranslate2": run_theirs}
-            memory = {}
-            for name, function in functions.items():
-                with common.PeakMemory() as memory[name]:
-                    started = time.perf_counter()
-                    output = function()  # first pass: tracing, and the outputs compared below
-                timings[name] = (time.perf_counter() - started, [], output)
-            for _ in range(runs):  # alternating, so that changes of the machine's load hit both
-                for name, function in functions.items():
-                    started = time.perf_counter()
-                    function()
-                    timings[name][1].append(time.perf_counter() - started)
-            our_text = [[pieces[t] for t in row] for batch in timings["ours"][2] for row in batch]
-            their_text = [row for batch in timings["ctranslate2"][2] for row in batch]
-            identical = sum(a == b for a, b in zip(our_text, their_text))
-            speeds = {name: len(sentences) / statistics.median(timings[name][1]) for name in timings}
-            # Each engine's fastest run: less sensitive to other jobs on a shared machine (OpenMP
-            # threads, as CTranslate2's, suffer most from a busy CPU).
-            best = {name: min(timings[name][1]) for name in timings}
-            for name, (warmup, seconds, _) in timings.items():
-                median = statistics.median(seconds)
-                rows.append({"search": search, "engine": name, "batch": batch_size,
-                             "sentences": len(sentences), "sentences/s": round(speeds[name], 2),
-                             "ours / CTranslate2": round(speeds["ours"] / speeds["ctranslate2"], 3),
-                             "ours / CTranslate2 (fastest runs)": round(best["ctranslate2"] / best["ours"], 3),
-                             "identical": f"{identical}/{len(sentences)} ({100 * identical / len(sentences):.1f}%)",
-                             "seconds (median [min, max])":
-                                 f"{median:.3f} [{min(seconds):.3f}, {max(seconds):.3f}]",
-                             "first pass s": round(warmup, 2),
-                             "threads": threads if name == "ctranslate2" else thread_flags.used(),
-                             "peak memory MB (process / added, first pass)":
-                                 f"{memory[name].bytes / 2**20:,.0f} / "
-                                 f"{memory[name].added_bytes / 2**20:,.0f}",
-                             "seconds": common.median_min_max(seconds)})
-            print(f"  {search}: ours {speeds['ours']:.2f} sentences/s, CTranslate2 "
-                  f"{speeds['ctranslate2']:.2f} sentences/s, identical {identical}/{len(sentences)}",
-                  flush=True)
+    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+
+    batches = batches_of(tokenizer, sentences, batch_size, bucket=1)  # no padding beyond the longest
+    tokens = [[[pieces[t] for t in row if t not in (PAD_ID, END_ID)] for row in b] for b in batches]
+
+    def ours_runner(function):
+        return lambda: [[[t for t in row if t not in (PAD_ID, END_ID)]
+                         for row in function(tf.constant(b)).numpy()] for b in batches]
+
+    def run_theirs():
+        # Our limit (make_ours_for_comparison, as the Translator's): sources longer than the
+        # model's max_length count as that long.
+        return [[list(r.hypotheses[0]) for r in
+                 engine.translate_batch(tok, beam_size=beam, length_penalty=0.0,
+                                        max_decoding_length=min(int(b.shape[1]), max_length)
+                                        + extra_length,
+                                        suppress_sequences=[[pieces[PAD_ID]], [pieces[START_ID]]])]
+                for tok, b in zip(tokens, batches)]
+
+    functions = {name: ours_runner(function) for name, function in ours.items()}
+    functions["ctranslate2"] = run_theirs
+    timings, memory, outputs = {}, {}, {}
+    for name, function in functions.items():
+        with common.PeakMemory() as memory[name]:
+            started = time.perf_counter()
+            outputs[name] = function()  # first pass: tracing, and the outputs compared below
+        timings[name] = {"warmup": time.perf_counter() - started, "wall": [], "cpu": []}
+    for _ in range(runs):  # alternating, so that changes of the machine's load hit every engine
+        for name, function in functions.items():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            function()
+            timings[name]["wall"].append(time.perf_counter() - started)
+            timings[name]["cpu"].append(time.process_time() - started_cpu)
+    their_text = [row for batch in outputs["ctranslate2"] for row in batch]
+    count = len(sentences)
+    median = {name: statistics.median(t["wall"]) for name, t in timings.items()}
+    cpu = {name: statistics.median(t["cpu"]) for name, t in timings.items()}
+    # Each engine's fastest run: less sensitive to other jobs on a shared machine (OpenMP
+    # threads, as CTranslate2's, suffer most from a busy CPU).
+    best = {name: min(t["wall"]) for name, t in timings.items()}
+    rows = []
+    for name, timing in timings.items():
+        text = their_text if name == "ctranslate2" else [
+            [pieces[t] for t in row] for batch in outputs[name] for row in batch]
+        identical = sum(a == b for a, b in zip(text, their_text))
+        seconds = timing["wall"]
+        row = {"search": search, "engine": name, "batch": batch_size, "sentences": count,
+               "sentences/s": round(count / median[name], 2),
+               "ours / CTranslate2": round(median["ctranslate2"] / median[name], 3),
+               "ours / CTranslate2 (fastest runs)": round(best["ctranslate2"] / best[name], 3),
+               "ours / CTranslate2 (CPU seconds)": round(cpu["ctranslate2"] / cpu[name], 3),
+               "after / before": "",
+               "identical": f"{identical}/{count} ({100 * identical / count:.1f}%)",
+               "seconds (median [min, max])": common.spread(seconds),
+               "CPU seconds (median)": round(cpu[name], 3),
+               "first pass s": round(timing["warmup"], 2),
+               "threads": (threads if name == "ctranslate2" else
+                           f"{thread_flags.used()} x {FLAGS.inter_op_threads or os.cpu_count()}"),
+               "peak memory MB (process / added, first pass)":
+                   f"{memory[name].bytes / 2**20:,.0f} / {memory[name].added_bytes / 2**20:,.0f}",
+               "seconds": common.median_min_max(seconds), "cpu_seconds": common.median_min_max(timing["cpu"])}
+        if name == "ours" and len(ours) > 1:
+            earlier = next(n for n in ours if n != "ours")
+            row["after / before"] = (f"{median[earlier] / median[name]:.2f}x wall, "
+                                     f"{cpu[earlier] / cpu[name]:.2f}x CPU")
+        rows.append(row)
+        print(f"  {search} batch {batch_size} {name}: {row['sentences/s']} sentences/s, "
+              f"/ CTranslate2 {row['ours / CTranslate2']} (CPU {row['ours / CTranslate2 (CPU seconds)']}), "
+              f"identical {identical}/{count}", flush=True)
     return rows
 
 
@@ -400,6 +458,10 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)
     thread_flags.apply()
+    if FLAGS.inter_op_threads:
+        import tensorflow as tf
+
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
     extra_length = FLAGS.extra_length
     if FLAGS.smoke:  # every code path once, nothing timed seriously
         batch_sizes, uncached_sizes, lengths, runs, min_sentences = [2], [2], [2, 4], 1, 2
@@ -418,7 +480,8 @@ def main(argv):
     import tensorflow as tf
 
     model, tokenizer, sentences, described = load_model_and_sentences()
-    described += f"; TensorFlow intra-op threads: {thread_flags.used()} (--intra_op_threads)"
+    described += (f"; TensorFlow intra-op x inter-op threads: {thread_flags.used()} x "
+                  f"{FLAGS.inter_op_threads or os.cpu_count()} (--intra_op_threads, --inter_op_threads)")
     load = os.getloadavg()
     print(f"decoding benchmark: {described}; {os.cpu_count()} CPUs, load average "
           f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; TF {tf.__version__}", flush=True)
@@ -450,7 +513,8 @@ def main(argv):
     if "ctranslate2" in parts:
         count = 2 if FLAGS.smoke else min(len(sentences), FLAGS.ctranslate2_sentences)
         compared = ctranslate2_rows(model, tokenizer, sentences[:count],
-                                    2 if FLAGS.smoke else FLAGS.ctranslate2_batch_size, extra_length, runs)
+                                    [2] if FLAGS.smoke else [int(b) for b in FLAGS.ctranslate2_batch_sizes],
+                                    extra_length, runs)
 
     sweep = []
     sweep_batch = 2 if FLAGS.smoke else FLAGS.sweep_batch_size
@@ -485,11 +549,14 @@ def main(argv):
             "seconds (median [min, max])", "first pass s", "peak memory MB (process / added)"])
     if compared:
         tables["ctranslate2"] = (
-            "Ours vs CTranslate2 float32 on the same weights (alpha / length_penalty 0, one length "
-            "limit per batch):\n\n" + common.markdown(compared, [
+            "Ours vs CTranslate2 float32 on the same weights and number of threads (alpha / "
+            "length_penalty 0, one length limit per batch; threads: TensorFlow intra-op x "
+            "inter-op, CTranslate2 intra):\n\n" + common.markdown(compared, [
                 "search", "engine", "batch", "sentences", "sentences/s", "ours / CTranslate2",
-                "ours / CTranslate2 (fastest runs)", "identical", "seconds (median [min, max])",
-                "threads", "peak memory MB (process / added, first pass)"]))
+                "ours / CTranslate2 (fastest runs)", "ours / CTranslate2 (CPU seconds)",
+                "after / before", "identical", "seconds (median [min, max])",
+                "CPU seconds (median)", "threads",
+                "peak memory MB (process / added, first pass)"]))
     if sweep:
         tables["length_sweep"] = (
             f"Decode time vs output length ({FLAGS.searches[0]}, batch {sweep_batch}, no XLA, "

@@ -4,6 +4,7 @@ peak measured in the same run.
 
     python -m benchmarks.training_throughput                          # small and base, 8 rows
     python -m benchmarks.training_throughput --presets=small --precisions=float32 --xla=off
+    python -m benchmarks.training_throughput --before= --main_job=false   # today's code only
     python -m benchmarks.training_throughput --smoke --output=/tmp/smoke.json   # seconds
 
 Batches are --batches token-budget batches of the training split (the offline Ding corpus by
@@ -13,13 +14,24 @@ step and the padding fraction are reported. Every configuration first runs once 
 (tracing; XLA compiles one program per padded shape), then --runs timed passes; a row gives the
 median, min and max over the passes of the time per step.
 
+Before -> after: in the rows without XLA a second TrainStep on the same model runs the earlier
+code path of each change in --before (benchmarks/training_changes.py), pass for pass alternately
+with today's (ABBA), so the speed-up of the changes is measured in one run, on the same batches
+and the same machine state. (Peak memory then includes both steps.) --main_job adds a row for
+the main job (python -m trainers.quickstart): preset mini with its options, corpus, batch size
+and precision.
+
 Model FLOPs follow the usual 6-FLOPs-per-weight-per-token count (2 forward, 4 backward), over
 REAL tokens only (padding is work the model wastes): source tokens through the encoder weights,
 target tokens through the decoder weights and the tied pre-softmax projection (embedding
-look-ups are not matmuls; attention's QK^T and AV are not counted). "% of fp32 peak" divides by
-the float32 matmul peak for every row, as the targets of the README do; bfloat16 rows also show
-the fraction of the bfloat16 peak. Peak memory is the resident-set high-water mark while the
-configuration ran, for the whole process and above what it held before. Prints a Markdown table and writes JSON (--output).
+look-ups are not matmuls; attention's QK^T and AV are not counted). The matmul peaks (float32
+and bfloat16) are sampled before the first configuration, after each one and after the last;
+every ratio divides by the best sample, and the samples' spread is reported. "% of fp32 peak"
+divides by the float32 peak for every row; bfloat16 rows also show the fraction of the bfloat16
+peak. A row above the peak of its own precision is flagged: the peak was measured too low (a
+busy machine), so no ratio of that run can be trusted. Peak memory is the resident-set
+high-water mark while the configuration ran, for the whole process and above what it held
+before. Prints a Markdown table and writes JSON (--output).
 """
 
 import os
@@ -30,7 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import common, training_changes  # noqa: E402
 from trainers import data_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -42,6 +54,12 @@ flags.DEFINE_list("precisions", ["float32", "bfloat16"], "Compute precisions (fl
 flags.DEFINE_enum("xla", "both", ["off", "on", "both"], "Measure without and/or with XLA.")
 flags.DEFINE_integer("batches", 8, "Distinct real batches per pass.", lower_bound=1)
 flags.DEFINE_integer("runs", 3, "Timed passes over the batches (median, min, max).", lower_bound=1)
+flags.DEFINE_list("before", list(training_changes.CHANGES),
+                  "Changes (of benchmarks/training_changes.py) whose earlier code path is timed "
+                  "alternately with today's in the rows without XLA: the before -> after column. "
+                  "Empty: today's code only.")
+flags.DEFINE_bool("main_job", True, "Also measure the main job's model and batches "
+                  "(python -m trainers.quickstart: preset mini, its corpus and precision).")
 flags.DEFINE_integer("matmul_size", 4096, "n of the n x n x n matmuls measuring the peaks.")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "training_throughput.json"),
                     "JSON output.")
@@ -49,82 +67,85 @@ flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny pre
                   "batch, one pass, small matmuls); overrides the sizes above.")
 
 COLUMNS = ["preset", "precision", "XLA", "real tokens/step (src+tgt)", "padding",
-           "step s (median [min, max])", "tokens/s", "model GFLOP/s", "% of fp32 peak",
+           "step s (median [min, max])", "tokens/s", "before -> after tokens/s (changes)", "model GFLOP/s", "% of fp32 peak",
            "% of bf16 peak", "peak memory MB (process / added)", "first pass s"]
 
 
-def parameter_counts(model):
-    """(encoder weights, decoder weights, pre-softmax projection weights)."""
-    import numpy as np
+def measure(preset, precision, xla, vocab_size, batches, runs, before=(), overrides=None):
+    """One configuration's row. ``before``: names of ``training_changes.CHANGES`` whose earlier
+    code path a second TrainStep on the same model traces; the two steps then take turns, pass
+    by pass, and the row gets the earlier path's time too."""
+    import contextlib
 
-    def count(layer):
-        return int(sum(np.prod(v.shape) for v in layer.trainable_variables))
-
-    config = model.config
-    return count(model.encoder), count(model.decoder), config.output_vocab_size * config.d_model
-
-
-def real_batches(config, tokenizer, count):
-    """``count`` training batches as the trainer sees them, and their padding statistics."""
-    import numpy as np
-
-    from keras_transformer import data
-
-    dataset = data.make_dataset(config, tokenizer, "train", training=True, repeat=True)
-    batches = list(dataset.take(count))
-    real = padded = 0
-    for (source, _), target in batches:
-        real += int(np.count_nonzero(source.numpy()) + np.count_nonzero(target.numpy()))
-        padded += int(np.size(source.numpy()) + np.size(target.numpy()))
-    return batches, {"bucket_multiple": config.bucket_multiple, "real_tokens": real,
-                     "padded_tokens": padded, "padding_fraction": 1 - real / padded,
-                     "shapes": len({tuple(b[0][0].shape) for b in batches})}
-
-
-def measure(preset, precision, xla, vocab_size, batches, runs):
     import keras
 
     import keras_transformer as kt
+    from benchmarks import training_changes
     from keras_transformer.training import TrainStep, build_model, paper_optimizer
 
     keras.utils.set_random_seed(0)
-    config = kt.TransformerConfig.from_preset(preset, vocab_size=vocab_size, max_length=256)
+    config = kt.TransformerConfig.from_preset(preset, vocab_size=vocab_size, max_length=256,
+                                              **(overrides or {}))
     with common.PeakMemory() as memory:
         model = build_model(config, precision)
         optimizer = paper_optimizer(config.d_model)
         optimizer.build(model.trainable_variables)
-        step = TrainStep(model, optimizer, label_smoothing=config.label_smoothing, jit_compile=xla)
-        started = time.perf_counter()
-        for batch in batches:
-            float(step.step_on_batches((batch,))["loss_sum"])
-        first_pass = time.perf_counter() - started
-        passes, totals = [], None
-        for _ in range(runs):
+        steps = {"after": (TrainStep(model, optimizer, label_smoothing=config.label_smoothing,
+                                     jit_compile=xla), contextlib.nullcontext)}
+        if before:
+            steps["before"] = (TrainStep(model, optimizer, label_smoothing=config.label_smoothing,
+                                         jit_compile=xla),
+                               lambda: training_changes.reverted(before))
+        first_pass = {}
+        for name, (step, context) in steps.items():
             started = time.perf_counter()
-            sums = [step.step_on_batches((batch,)) for batch in batches]
-            float(sums[-1]["loss_sum"])  # waits for the last update
-            passes.append((time.perf_counter() - started) / len(batches))
-            totals = sums
+            with context():
+                for batch in batches:
+                    float(step.step_on_batches((batch,))["loss_sum"])
+            first_pass[name] = time.perf_counter() - started
+        passes = {name: [] for name in steps}
+        totals = None
+        for run in range(runs):
+            # ABBA...: a drift of the machine's speed within a run falls on both.
+            for name in list(steps) if run % 2 == 0 else list(steps)[::-1]:
+                step, context = steps[name]
+                with context():
+                    started = time.perf_counter()
+                    sums = [step.step_on_batches((batch,)) for batch in batches]
+                    float(sums[-1]["loss_sum"])  # waits for the last update
+                    passes[name].append((time.perf_counter() - started) / len(batches))
+                if name == "after":
+                    totals = sums
     source = sum(float(s["source_tokens"]) for s in totals) / len(batches)
     target = sum(float(s["target_tokens"]) for s in totals) / len(batches)
-    encoder, decoder, softmax = parameter_counts(model)
+    encoder, decoder, softmax = common.parameter_counts(model)
     flops = 6.0 * (encoder * source + (decoder + softmax) * target)
-    seconds = statistics.median(passes)
-    return {"preset": preset, "precision": precision, "xla": xla,
-            "parameters": int(model.count_params()),
-            "source_tokens_per_step": source, "target_tokens_per_step": target,
-            "step_seconds": common.median_min_max(passes),
-            "tokens_per_second": (source + target) / seconds,
-            "model_flops_per_step": flops, "model_flops_per_second": flops / seconds,
-            "peak_memory_bytes": memory.bytes, "added_memory_bytes": memory.added_bytes,
-            "first_pass_seconds": first_pass}
+    seconds = statistics.median(passes["after"])
+    row = {"preset": preset, "precision": precision, "xla": xla,
+           "parameters": int(model.count_params()),
+           "source_tokens_per_step": source, "target_tokens_per_step": target,
+           "step_seconds": common.median_min_max(passes["after"]),
+           "tokens_per_second": (source + target) / seconds,
+           "model_flops_per_step": flops, "model_flops_per_second": flops / seconds,
+           "peak_memory_bytes": memory.bytes, "added_memory_bytes": memory.added_bytes,
+           "first_pass_seconds": first_pass["after"]}
+    if before:
+        before_seconds = statistics.median(passes["before"])
+        row["before"] = {"changes": list(before),
+                         "step_seconds": common.median_min_max(passes["before"]),
+                         "tokens_per_second": (source + target) / before_seconds,
+                         "speedup": before_seconds / seconds}
+    return row
 
 
 def table_row(row, peaks):
     fp32 = row["model_flops_per_second"] / peaks["float32"]
     bf16 = row["model_flops_per_second"] / peaks["bfloat16"]
+    error = f" {common.PEAK_ERROR}" if common.peak_error(row) else ""
     return {
-        "preset": row["preset"], "precision": row["precision"],
+        "preset": (f"{row['preset']} (main job: {row['dataset']}, {row['token_budget']:,} "
+                   "tokens/side)" if row.get("main_job") else row["preset"]),
+        "precision": row["precision"],
         "XLA": "on" if row["xla"] else "off",
         "real tokens/step (src+tgt)":
             f"{row['source_tokens_per_step'] + row['target_tokens_per_step']:,.0f}",
@@ -133,13 +154,51 @@ def table_row(row, peaks):
         "step s (median [min, max])": common.spread(
             [row["step_seconds"][k] for k in ("median", "min", "max")]),
         "tokens/s": f"{row['tokens_per_second']:,.0f}",
+        "before -> after tokens/s (changes)": (
+            f"{row['before']['tokens_per_second']:,.0f} -> {row['tokens_per_second']:,.0f} "
+            f"({row['before']['speedup']:.2f}x: {', '.join(row['before']['changes'])})"
+            if row.get("before") else ""),
         "model GFLOP/s": f"{row['model_flops_per_second'] / 1e9:,.1f}",
-        "% of fp32 peak": f"{100 * fp32:.0f}%",
-        "% of bf16 peak": f"{100 * bf16:.0f}%" if row["precision"] == "bfloat16" else "",
+        "% of fp32 peak": f"{100 * fp32:.0f}%" + (error if row["precision"] == "float32" else ""),
+        "% of bf16 peak": f"{100 * bf16:.0f}%{error}" if row["precision"] == "bfloat16" else "",
         "peak memory MB (process / added)":
             f"{row['peak_memory_bytes'] / 2**20:,.0f} / {row['added_memory_bytes'] / 2**20:,.0f}",
         "first pass s": f"{row['first_pass_seconds']:.1f}",
     }
+
+
+def main_job_row(smoke_overrides, count, runs):
+    """The main job's training speed: its preset, model options, corpus, batches and precision
+    (the smoke run keeps its own small corpus)."""
+    from keras_transformer import data
+    from keras_transformer.training import resolve_precision
+
+    job = common.MAIN_JOB
+    corpus = smoke_overrides or {key: job[key] for key in ("dataset", "vocab_size",
+                                                            "token_budget", "max_length")}
+    config = data_flags.data_config(xla=False, **corpus)
+    tokenizer, _ = data.load_or_learn_tokenizer(config)
+    batches, padding = common.real_batches(config, tokenizer, count)
+    row = measure(job["preset"], resolve_precision(job["mixed_precision"]), False,
+                  tokenizer.vocab_size, batches, runs, before=() if FLAGS.smoke else FLAGS.before,
+                  overrides=dict(norm_first=job["norm_first"], dropout_rate=job["dropout_rate"]))
+    row.update(batches=padding, main_job=True, dataset=config.dataset,
+               token_budget=config.token_budget)
+    return row
+
+
+def print_row(row):
+    before = (f" (before: {row['before']['tokens_per_second']:,.0f}, "
+              f"{row['before']['speedup']:.2f}x)" if row.get("before") else "")
+    print(f"  {row['preset']} {row['precision']} xla={row['xla']}: "
+          f"{row['tokens_per_second']:,.0f} tokens/s{before}, "
+          f"{row['model_flops_per_second'] / 1e9:,.1f} GFLOP/s", flush=True)
+
+
+def report_peak(sample):
+    print(f"matmul peak sample ({sample['when']}): " + ", ".join(
+        f"{dtype} {value / 1e9:,.1f} GFLOP/s" for dtype, value in sample.items() if dtype != "when"),
+        flush=True)
 
 
 def main(argv):
@@ -156,33 +215,53 @@ def main(argv):
         if precision not in ("float32", "bfloat16"):
             raise app.UsageError(f"--precisions: {precision!r} is neither float32 nor bfloat16.")
     configs = {xla: data_flags.data_config(xla=xla, **overrides) for xla in (False, True)}
-    peaks = {dtype: common.matmul_peak(size, dtype) for dtype in ("float32", "bfloat16")}
-    print(f"matmul peak ({size}^3): float32 {peaks['float32'] / 1e9:,.1f} GFLOP/s, bfloat16 "
-          f"{peaks['bfloat16'] / 1e9:,.1f} GFLOP/s", flush=True)
+    machine = common.machine()  # the load average at the start
+    peak = common.MatmulPeak(size)
+    report_peak(peak.sample("before"))
     from keras_transformer import data
 
     tokenizer, _ = data.load_or_learn_tokenizer(configs[False])
     # One set per distinct configuration (both XLA settings share one if --bucket_multiple is given).
-    by_config = {config: real_batches(config, tokenizer, count) for config in set(configs.values())}
+    by_config = {config: common.real_batches(config, tokenizer, count) for config in set(configs.values())}
     batches = {xla: by_config[config] for xla, config in configs.items()}
     rows = []
     for preset in presets:
         for precision in precisions:
             for xla in {"off": [False], "on": [True], "both": [False, True]}[FLAGS.xla]:
-                row = measure(preset, precision, xla, tokenizer.vocab_size, batches[xla][0], runs)
+                # The smoke run times the earlier code paths once only (tracing is its cost).
+                compare = not xla and not (FLAGS.smoke and rows)
+                row = measure(preset, precision, xla, tokenizer.vocab_size, batches[xla][0], runs,
+                              before=FLAGS.before if compare else ())
                 row["batches"] = batches[xla][1]
-                row["fraction_of_fp32_peak"] = row["model_flops_per_second"] / peaks["float32"]
-                row["fraction_of_bf16_peak"] = row["model_flops_per_second"] / peaks["bfloat16"]
                 rows.append(row)
-                print(f"  {preset} {precision} xla={xla}: {row['tokens_per_second']:,.0f} "
-                      f"tokens/s, {100 * row['fraction_of_fp32_peak']:.0f}% of fp32 peak",
-                      flush=True)
+                print_row(row)
+                report_peak(peak.sample(f"after {preset} {precision} xla={'on' if xla else 'off'}"))
+    if FLAGS.main_job:
+        rows.append(main_job_row(overrides, count, runs))
+        print_row(rows[-1])
+        report_peak(peak.sample("after the main job"))
+    # The samples above include the one after the last configuration ("after").
+    peak.samples[-1]["when"] = "after"
+    peaks = peak.peaks()
+    for row in rows:  # every ratio divides by the best sample of the whole run
+        row["fraction_of_fp32_peak"] = row["model_flops_per_second"] / peaks["float32"]
+        row["fraction_of_bf16_peak"] = row["model_flops_per_second"] / peaks["bfloat16"]
+        row["peak_error"] = common.peak_error(row)
+    spread = peak.spread()
+    print(f"\nmatmul peak ({size}^3), best of {len(peak.samples)} samples: " + "; ".join(
+        f"{dtype} {peaks[dtype] / 1e9:,.1f} GFLOP/s (samples median {s['median'] / 1e9:,.1f}, "
+        f"min {s['min'] / 1e9:,.1f})" for dtype, s in spread.items()), flush=True)
+    for row in rows:
+        if row["peak_error"]:
+            print(f"WARNING: {row['preset']} {row['precision']} {common.PEAK_ERROR}", flush=True)
     config = configs[False]
     table = common.markdown([table_row(r, peaks) for r in rows], COLUMNS)
     print(f"\n{count} batches of {config.dataset} train, {config.token_budget} tokens/side "
           f"budget\n\n{table}")
-    result = {"machine": common.machine(), "matmul_size": size,
-              "matmul_peak_flops": peaks,
+    machine["load_average_at_end"] = common.machine()["load_average"]
+    result = {"machine": machine, "matmul_size": size,
+              "matmul_peak_flops": peaks, "matmul_peak_spread": spread,
+              "matmul_peak_samples": peak.samples,
               "data": {"dataset": config.dataset, "token_budget": config.token_budget,
                        "vocab_size": tokenizer.vocab_size, "batches": count,
                        "without_xla": batches[False][1], "with_xla": batches[True][1]},

@@ -149,9 +149,12 @@ def beam_search(
     def advance(i, old, cache, shared, limits):
         candidates, new_cache = _grow_alive_seq(symbols_to_logits_fn, i, old, cache, shared,
                                                 limits, beam)
-        alive, rows = _get_new_alive_state(candidates, beam)
-        new = dict(alive, **_get_new_finished_state(old, candidates, i + 1, beam))
-        new["done"] = _beam_is_done(i + 1, new, limits, beam)
+        with tf.name_scope("alive"):
+            alive, rows = _get_new_alive_state(candidates, beam)
+        with tf.name_scope("finished"):
+            new = dict(alive, **_get_new_finished_state(old, candidates, i + 1, beam))
+        with tf.name_scope("done"):
+            new["done"] = _beam_is_done(i + 1, new, limits, beam)
         return new, new_cache, rows
 
     # One row per hypothesis, the beams of an example adjacent.
@@ -187,18 +190,65 @@ def _grow_alive_seq(symbols_to_logits_fn, i, old, cache, shared, limits, beam):
     rows = tf.reshape(old["alive_seq"], [examples * k, -1])
     log_probs, new_cache = _step(symbols_to_logits_fn, rows, i, cache, shared, "beam_search")
     vocab = _vocab_size(log_probs)
-    candidates = old["alive_log_probs"][:, :, None] + tf.reshape(log_probs, [examples, k, vocab])
-    top_log_probs, top_index = tf.math.top_k(tf.reshape(candidates, [examples, -1]), k=2 * k)
-    top_beam = top_index // vocab
-    top_token = top_index % vocab
+    # Name scopes here and below label the search's parts in profiles (benchmarks.decoding_profile).
+    with tf.name_scope("top_k"):
+        top_log_probs, top_index = _top_extensions(old["alive_log_probs"], log_probs, 2 * k, vocab)
+        top_beam = top_index // vocab
+        top_token = top_index % vocab
+    with tf.name_scope("sequences"):
+        seq = _write_column(tf.gather(old["alive_seq"], top_beam, batch_dims=1), i + 1, top_token)
     return dict(
-        seq=_write_column(tf.gather(old["alive_seq"], top_beam, batch_dims=1), i + 1, top_token),
+        seq=seq,
         log_probs=top_log_probs,
         beam=top_beam,
         token=top_token,
         ends=tf.equal(top_token, beam.eos_id) | (i + 1 >= limits)[:, None],
         valid=top_log_probs > _NEG_INF,
     ), new_cache
+
+
+def _top_extensions(alive_log_probs, log_probs, count, vocab):
+    """``tf.math.top_k`` of ``alive_log_probs[:, :, None] + log_probs`` (as ``[examples, beam,
+    vocab]``) flattened per example, ``count`` best: the same values and indices, ties to the lowest
+    index included, but in two small top-k's instead of one over beam x vocabulary (TensorFlow's
+    top-k kernel costs far more per element than a maximum does).
+
+    The vocabulary is cut into chunks; an example's ``count`` best extensions lie in its ``count``
+    chunks with the highest maxima: each of those chunks holds an extension at least as good as the
+    ``count``-th best chunk maximum, so no extension in another chunk can rank above all of them
+    (on ties the lower chunk wins the first top-k and the lower index the global one, and chunks
+    keep index order). Adding the alive log-probability after taking a chunk's maximum gives the
+    same maximum (rounding is monotonic), so the sum is only formed for the chosen chunks."""
+    beam = alive_log_probs.shape[1]
+    chunk = _chunk_size(vocab, beam, count)
+    examples = tf.shape(alive_log_probs)[0]
+    if chunk is None:
+        candidates = alive_log_probs[:, :, None] + tf.reshape(log_probs, [examples, beam, vocab])
+        return tf.math.top_k(tf.reshape(candidates, [examples, -1]), k=count)
+    chunks = vocab // chunk
+    maxima = tf.reduce_max(tf.reshape(log_probs, [examples, beam, chunks, chunk]), axis=3)
+    _, best_chunks = tf.math.top_k(tf.reshape(alive_log_probs[:, :, None] + maxima,
+                                              [examples, beam * chunks]), k=count)
+    best_chunks = tf.sort(best_chunks, axis=1)  # index order, for the ties of the top-k below
+    values = (tf.gather(tf.reshape(log_probs, [examples, beam * chunks, chunk]), best_chunks,
+                        batch_dims=1)
+              + tf.gather(alive_log_probs, best_chunks // chunks, batch_dims=1)[:, :, None])
+    top, position = tf.math.top_k(tf.reshape(values, [examples, count * chunk]), k=count)
+    index = tf.gather(best_chunks, position // chunk, batch_dims=1) * chunk + position % chunk
+    return top, index
+
+
+def _chunk_size(vocab, beam, count):
+    """The chunk size for ``_top_extensions``: a divisor of the vocabulary size near the one that
+    makes both top-k's smallest (``beam * vocab / chunk + count * chunk`` elements), or None (one
+    top-k) for a vocabulary of unknown or small size or without a divisor near it."""
+    if not isinstance(vocab, int) or beam is None or vocab < 16 * count:
+        return None
+    best = (beam * vocab / count) ** 0.5
+    divisors = [d for d in range(max(2, int(best / 2)), int(2 * best) + 1) if vocab % d == 0]
+    if not divisors or vocab // min(divisors, key=lambda d: abs(d - best)) * beam < count:
+        return None
+    return min(divisors, key=lambda d: abs(d - best))
 
 
 def _get_new_alive_state(candidates, beam):
@@ -340,7 +390,8 @@ def _search_loop(advance, per_example, cache, shared_cache, limits, length, drop
 
     def body(s):
         active = s.get("active")
-        old = {name: _take(s[name], active) for name in per_example}
+        with tf.name_scope("take"):
+            old = {name: _take(s[name], active) for name in per_example}
         new, new_cache, rows = advance(s["i"], old, s["cache"],
                                        s["shared"] if shared_cache is not None else None,
                                        _take(limits, active))
@@ -348,13 +399,15 @@ def _search_loop(advance, per_example, cache, shared_cache, limits, length, drop
         if active is None:
             result.update(new)
         else:
-            keep = _still_searching(new["done"])
-            result.update({name: _put(s[name], value, active) for name, value in new.items()},
-                          active=tf.gather(active, keep),
-                          shared=_keep_rows(s["shared"], keep, tf.shape(new["done"])[0]))
-            rows = keep if rows is None else tf.gather(rows, keep)
-        result["cache"] = new_cache if rows is None else tf.nest.map_structure(
-            lambda t: tf.gather(t, tf.reshape(rows, [-1])), new_cache)
+            with tf.name_scope("drop_finished"):
+                keep = _still_searching(new["done"])
+                result.update({name: _put(s[name], value, active) for name, value in new.items()},
+                              active=tf.gather(active, keep),
+                              shared=_keep_rows(s["shared"], keep, tf.shape(new["done"])[0]))
+                rows = keep if rows is None else tf.gather(rows, keep)
+        with tf.name_scope("reorder_cache"):
+            result["cache"] = new_cache if rows is None else tf.nest.map_structure(
+                lambda t: tf.gather(t, tf.reshape(rows, [-1])), new_cache)
         return result
 
     return _while(cond, body, state, length, relaxed=_relaxed_shapes(drop))
@@ -537,10 +590,11 @@ def _set_shape(new, shape):
 
 
 def _step(symbols_to_logits_fn, ids, i, cache, shared_cache, caller):
-    if shared_cache is None:
-        logits, new_cache = symbols_to_logits_fn(ids, i, cache)
-    else:
-        logits, new_cache = symbols_to_logits_fn(ids, i, cache, shared_cache)
+    with tf.name_scope("model_step"):
+        if shared_cache is None:
+            logits, new_cache = symbols_to_logits_fn(ids, i, cache)
+        else:
+            logits, new_cache = symbols_to_logits_fn(ids, i, cache, shared_cache)
     try:
         tf.nest.assert_same_structure(cache, new_cache)
     except (ValueError, TypeError) as error:
@@ -555,7 +609,8 @@ def _step(symbols_to_logits_fn, ids, i, cache, shared_cache, caller):
             f"{logits.shape}."
         )
     # Sum log-probabilities in float32 even if the model computes in float16/bfloat16.
-    return tf.nn.log_softmax(tf.cast(logits, tf.float32)), new_cache
+    with tf.name_scope("log_softmax"):
+        return tf.nn.log_softmax(tf.cast(logits, tf.float32)), new_cache
 
 
 def _vocab_size(log_probs):

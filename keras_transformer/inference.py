@@ -165,11 +165,15 @@ def search_inputs(model, memory, memory_mask, max_decode_length=None, logits_bia
     at ids never to produce).
     """
     cache, memory_cache = model.init_cache(memory, memory_mask, max_decode_length)
+    weights = model.step_weights()  # here, before the search's loop: once, not per step
 
     def symbols_to_logits_fn(ids, i, cache, memory_cache):
-        logits, cache = model.decode_step(ids[:, i], i, cache, memory_cache)
+        logits, cache = model.decode_step(ids[:, i], i, cache, memory_cache, weights)
         if logits_bias is not None:
-            logits += logits_bias
+            # Grappler fuses the add into the projection's matrix product: profiles show the
+            # product under this name.
+            with tf.name_scope("output_projection"):
+                logits += logits_bias
         return logits, cache
 
     return cache, memory_cache, symbols_to_logits_fn

@@ -105,10 +105,14 @@ def test_cross_attention_cache_serves_several_rows_per_sentence(two_d):
     query = RNG.normal(size=(2 * beams, 1, 16)).astype("float32")
     memory = RNG.normal(size=(2, 4, 16)).astype("float32")
     mask = padding_mask(np.array([[3, 4, 5, 6], [3, 4, 0, 0]]))
-    direct = layer(query, np.repeat(memory, beams, axis=0), attention_mask=np.repeat(mask, beams, axis=0))
-    cached, cache = layer(query[:, 0] if two_d else query, attention_mask=mask,
-                          cache=layer.compute_cache(memory))
+    direct, direct_weights = layer(query, np.repeat(memory, beams, axis=0),
+                                   attention_mask=np.repeat(mask, beams, axis=0),
+                                   return_attention_weights=True)
+    cached, cache, weights = layer(query[:, 0] if two_d else query, attention_mask=mask,
+                                   cache=layer.compute_cache(memory), return_attention_weights=True)
     np.testing.assert_allclose(cached if two_d else cached[:, 0], np.asarray(direct)[:, 0], atol=1e-5)
+    # [rows, heads, 1, memory_length], each row its own beam's weights
+    np.testing.assert_allclose(weights, direct_weights, atol=1e-6)
     assert cache["key"].shape[0] == 2
 
 

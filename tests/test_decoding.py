@@ -440,11 +440,14 @@ def test_bad_arguments_are_clear_value_errors(model):
 # --- the real model: the search over the key/value cache equals the search without it -----------
 
 
-def test_real_model_cached_search_equals_uncached_and_xla():
+# 400: a vocabulary the beam search's top-k cuts into chunks (decoding._chunk_size).
+@pytest.mark.parametrize("vocab", [24, 400])
+def test_real_model_cached_search_equals_uncached_and_xla(vocab):
     from keras_transformer import Transformer, TransformerConfig
     from keras_transformer.inference import search_inputs
 
-    vocab, length, beam_size = 24, 7, 3
+    length, beam_size = 7, 3
+    assert (decoding._chunk_size(vocab, beam_size, 2 * beam_size) is None) == (vocab == 24)
     model = Transformer(TransformerConfig.from_preset("tiny", vocab_size=vocab))
     source = tf.constant([[5, 6, 7, 8, 9, 3], [10, 11, 3, 0, 0, 0], [12, 3, 0, 0, 0, 0]])
     model((source, tf.fill([3, 2], START)))  # builds the weights
@@ -500,3 +503,38 @@ def test_real_model_cached_search_equals_uncached_and_xla():
             np.testing.assert_allclose(got.scores.numpy(), want.scores.numpy(), atol=1e-4)
         per_example = limits.numpy().reshape([-1] + [1] * (want.lengths.ndim - 1))
         assert np.all(want.lengths.numpy() <= per_example)
+
+
+# --- the top-k over beam x vocabulary in two small top-k's ----------------------------------------
+
+
+@pytest.mark.parametrize("vocab,beam_size", [(400, 4), (2000, 4), (1024, 1), (8000, 2)])
+@pytest.mark.parametrize("values", ["few distinct (ties)", "continuous"])
+def test_two_stage_top_k_equals_one_top_k_ties_included(vocab, beam_size, values):
+    rng = np.random.default_rng(vocab + beam_size)
+    examples, count = 5, 2 * beam_size
+    assert decoding._chunk_size(vocab, beam_size, count) is not None  # the two-stage path runs
+    if values == "continuous":
+        log_probs = rng.normal(-8.0, 3.0, size=(examples * beam_size, vocab))
+        alive = rng.normal(-2.0, 1.0, size=(examples, beam_size))
+    else:  # ties within and across chunks and beams: the lowest index must win, as in top_k
+        log_probs = -rng.integers(0, 3, size=(examples * beam_size, vocab)).astype(float)
+        alive = -rng.integers(0, 2, size=(examples, beam_size)).astype(float)
+    log_probs[rng.random(log_probs.shape) < 0.2] = -np.inf  # tokens ruled out
+    log_probs[:beam_size, : vocab - 3] = -np.inf  # an example with three tokens left per beam
+    alive[1, 1:] = -np.inf  # the first step: one live beam
+    alive[2, :] = -np.inf  # nothing alive: every candidate ties at -inf
+    log_probs, alive = log_probs.astype(np.float32), alive.astype(np.float32)
+    flat = (alive[:, :, None] + log_probs.reshape(examples, beam_size, vocab)).reshape(examples, -1)
+    want_values, want_index = tf.math.top_k(flat, k=count)
+    got_values, got_index = decoding._top_extensions(tf.constant(alive), tf.constant(log_probs),
+                                                     count, vocab)
+    np.testing.assert_array_equal(got_index.numpy(), want_index.numpy())
+    np.testing.assert_array_equal(got_values.numpy(), want_values.numpy())
+
+
+def test_chunk_size_divides_the_vocabulary_or_declines():
+    assert decoding._chunk_size(2000, 4, 8) in (20, 25, 40)
+    assert 2000 % decoding._chunk_size(2000, 4, 8) == 0
+    assert decoding._chunk_size(97, 4, 8) is None  # prime: no chunks
+    assert decoding._chunk_size(24, 3, 6) is None  # small: one top-k is as fast

@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.training.loss import (LabelSmoothedCrossEntropy,
-                                             label_smoothed_cross_entropy, token_accuracy_counts)
+                                             label_smoothed_cross_entropy, loss_and_accuracy,
+                                             token_accuracy_counts)
 
 
 def numpy_reference(labels, logits, eps, pad_id=0):
@@ -71,6 +72,47 @@ def test_bfloat16_logits_are_computed_in_float32(batch):
     rounded = tf.cast(tf.cast(logits, tf.bfloat16), tf.float64).numpy()
     want, _ = numpy_reference(labels, rounded, 0.1)
     assert float(loss_sum) == pytest.approx(want, rel=1e-4)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_gradient_is_softmax_minus_smoothed_target(batch, eps, jit_compile):
+    """The hand-written gradient against its definition: d loss / d z = softmax(z) - q' at real
+    tokens, 0 at padding, times the upstream gradient (here 2.5)."""
+    labels, logits = batch
+
+    @tf.function(jit_compile=jit_compile)
+    def gradient(z):
+        with tf.GradientTape() as tape:
+            tape.watch(z)
+            loss_sum, _ = label_smoothed_cross_entropy(labels, z, eps)
+            objective = 2.5 * loss_sum
+        return tape.gradient(objective, z)
+
+    got = gradient(tf.constant(logits)).numpy()
+    z = logits.astype(np.float64)
+    softmax = np.exp(z - z.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    k = z.shape[-1]
+    q = np.full(z.shape, eps / k)
+    np.put_along_axis(q, labels[..., None].astype(np.int64),
+                      1.0 - eps + eps / k, axis=-1)
+    want = 2.5 * (softmax - q) * (labels != 0)[..., None]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_loss_and_accuracy_in_one_pass(batch):
+    """The accuracy the training step reads from the loss's pass equals the arg-max count
+    (no ties in this batch), and the loss is the same as label_smoothed_cross_entropy's."""
+    labels, logits = batch
+    labels = labels.copy()
+    labels[1, ::2] = logits[1, ::2].argmax(-1)  # some right answers (all real tokens)
+    loss_sum, tokens, correct = loss_and_accuracy(labels, logits, 0.1)
+    mask = labels != 0
+    assert float(correct) == ((logits.argmax(-1) == labels) & mask).sum() == 3
+    assert float(tokens) == mask.sum()
+    want, _ = numpy_reference(labels, logits.astype(np.float64), 0.1)
+    assert float(loss_sum) == pytest.approx(want, rel=1e-5)
 
 
 def test_token_accuracy(batch):

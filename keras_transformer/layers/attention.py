@@ -126,6 +126,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def call(self, query, key_value=None, attention_mask=None, cache=None, cache_index=None, training=None,
              return_attention_weights=False, grow_cache=False):
+        if cache is not None and cache_index is None and len(query.shape) == 2:
+            return self._attend_to_memory_cache(query, cache, attention_mask, training,
+                                                return_attention_weights)
         q = self._split_heads(self.query_projection(query), self.d_k)
         groups = None
         if cache is None:
@@ -165,6 +168,25 @@ class MultiHeadAttention(keras.layers.Layer):
         if return_attention_weights:
             result += (weights,)
         return result[0] if len(result) == 1 else result
+
+    def _attend_to_memory_cache(self, query, cache, attention_mask, training, return_attention_weights):
+        """One decoding step over keys/values computed once per sentence: query [rows, d_model],
+        the rows of one sentence (its beams) adjacent; ``attention_mask`` [sentences, 1, 1,
+        memory_length]. A sentence's rows become the query rows of one [groups, d_k] x [d_k,
+        memory_length] product per head: fewer and larger matrix products than one row each
+        against broadcast keys."""
+        sentences = ops.shape(cache["key"])[0]
+        q = ops.reshape(self.query_projection(query), (sentences, -1, self.num_heads, self.d_k))
+        q = ops.transpose(q, (0, 2, 1, 3))  # [sentences, heads, groups, d_k]
+        outputs, weights = scaled_dot_product_attention(
+            q, cache["key"], cache["value"], attention_mask,
+            weights_dropout=lambda w: self.weights_dropout(w, training=training))
+        outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), (-1, self.num_heads * self.d_v))
+        result = (self.output_projection(outputs), cache)
+        if return_attention_weights:  # [sentences, heads, groups, length] -> [rows, heads, 1, length]
+            weights = ops.transpose(weights, (0, 2, 1, 3))
+            result += (ops.reshape(weights, (-1, self.num_heads, 1, ops.shape(weights)[3])),)
+        return result
 
     def get_config(self):
         return {

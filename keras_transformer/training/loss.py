@@ -22,16 +22,52 @@ def label_smoothed_cross_entropy(labels, logits, label_smoothing: float = 0.1, p
     whatever the compute dtype of the model (bfloat16 log-softmax over 37k classes is too
     coarse). ``num_tokens`` is float32 so it can be all-reduced along with the loss.
     """
+    loss_sum, num_tokens, _ = loss_and_accuracy(labels, logits, label_smoothing, pad_id)
+    return loss_sum, num_tokens
+
+
+def loss_and_accuracy(labels, logits, label_smoothing: float = 0.1, pad_id: int = 0):
+    """``(loss_sum, num_tokens, num_correct)``: the label-smoothed loss of
+    ``label_smoothed_cross_entropy`` and the number of real tokens whose label has the largest
+    logit (a tie for the largest counts as correct), from one pass over the logits.
+
+    Since ``sum_k q'(k) = 1``, the loss of one token is ``logsumexp(z) - (1 - eps) z_y -
+    (eps / K) sum_k z_k``: two row reductions and a gather, without the [batch, length, K]
+    smoothed distribution that a generic cross-entropy reads. Its gradient ``softmax(z) - q'``
+    is written out (a custom gradient) from the exponentials the forward pass kept, instead of
+    differentiating logsumexp op by op. The row maximum that logsumexp needs anyway gives the
+    accuracy, so no separate arg-max over the vocabulary is needed. Only the loss is
+    differentiable.
+    """
     logits = tf.cast(logits, tf.float32)
+    labels = tf.cast(labels, tf.int32)
     num_classes = logits.shape[-1]
-    smoothed = tf.one_hot(tf.cast(labels, tf.int32), num_classes,
-                          on_value=1.0 - label_smoothing + label_smoothing / num_classes,
-                          off_value=label_smoothing / num_classes)
-    # One fused kernel whose gradient is softmax - q': 4-6% faster training steps than
-    # log_softmax + gather + mean, whose gradient scatters into a [batch, length, K] tensor.
-    per_token = tf.nn.softmax_cross_entropy_with_logits(labels=smoothed, logits=logits)
+    eps = float(label_smoothing)
     mask = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
-    return tf.reduce_sum(per_token * mask), tf.reduce_sum(mask)
+
+    @tf.custom_gradient
+    def smoothed(z):
+        row_max = tf.reduce_max(z, axis=-1, keepdims=True)
+        exps = tf.exp(z - row_max)
+        sums = tf.reduce_sum(exps, axis=-1, keepdims=True)
+        log_normalizer = tf.squeeze(row_max + tf.math.log(sums), -1)
+        label_logits = tf.gather(z, labels, batch_dims=len(labels.shape))
+        per_token = log_normalizer - (1.0 - eps) * label_logits
+        if eps:
+            per_token -= (eps / num_classes) * tf.reduce_sum(z, axis=-1)
+        correct = tf.cast(tf.greater_equal(label_logits, tf.squeeze(row_max, -1)), tf.float32)
+
+        def gradient(upstream, _):
+            weight = (upstream * mask)[..., None]
+            # softmax(z) - q', with q' = (1 - eps) onehot + eps / K, per real token.
+            target = tf.one_hot(labels, num_classes, on_value=1.0 - eps + eps / num_classes,
+                                off_value=eps / num_classes, dtype=tf.float32)
+            return (exps * (weight / sums)) - target * weight
+
+        return (tf.reduce_sum(per_token * mask), tf.reduce_sum(correct * mask)), gradient
+
+    loss_sum, correct = smoothed(logits)
+    return loss_sum, tf.reduce_sum(mask), correct
 
 
 def token_accuracy_counts(labels, logits, pad_id: int = 0):

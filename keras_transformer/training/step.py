@@ -19,7 +19,7 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.training.loss import label_smoothed_cross_entropy, token_accuracy_counts
+from keras_transformer.training.loss import label_smoothed_cross_entropy, loss_and_accuracy
 
 # Statistics every step returns, summed over replicas and micro-batches (and ``grad_norm``, the
 # global norm of the gradient the update applied).
@@ -72,7 +72,7 @@ class TrainStep:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             logits = self.model((source, target_in), training=True)
-            loss_sum, num_tokens = label_smoothed_cross_entropy(
+            loss_sum, num_tokens, correct = loss_and_accuracy(
                 target_out, logits, self.label_smoothing, self.pad_id)
             # Differentiate the local MEAN (times the loss scale for float16) so low-precision
             # gradients keep the range of a mean loss; scaled back to a sum in float32 below.
@@ -83,7 +83,6 @@ class TrainStep:
             else tf.cast(tf.convert_to_tensor(g), tf.float32) * num_tokens
             for g, v in zip(grads, variables)
         ]
-        correct, _ = token_accuracy_counts(target_out, logits, self.pad_id)
         stats = [loss_sum, num_tokens, correct] + self._shape_stats(source, target_out)
         return grads, stats
 
@@ -165,10 +164,9 @@ class TrainStep:
     def _eval_replica_fn(self, batch):
         source, target_in, target_out = _unpack(batch)
         logits = self.model((source, target_in), training=False)
-        loss_sum, num_tokens = label_smoothed_cross_entropy(
+        loss_sum, num_tokens, correct = loss_and_accuracy(
             target_out, logits, self.label_smoothing, self.pad_id)
         nll_sum, _ = label_smoothed_cross_entropy(target_out, logits, 0.0, self.pad_id)
-        correct, _ = token_accuracy_counts(target_out, logits, self.pad_id)
         return [loss_sum, num_tokens, correct, nll_sum]
 
     def _eval_fn(self, batch):
