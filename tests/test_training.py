@@ -282,9 +282,12 @@ def test_average_of_three_checkpoints_is_the_elementwise_mean(tmp_path):
         np.testing.assert_allclose(value, np.mean(values, axis=0), rtol=1e-6, atol=1e-7)
         changed += not np.allclose(values[0], values[-1])
     assert changed > len(averaged) // 2  # the checkpoints differ: the mean is not trivial
-    # The averaging command gives the same average.
-    from trainers.average_checkpoints import average
-    output = average(str(tmp_path), last=3, output=str(tmp_path / "cmd" / "avg"))
+    # The averaging command gives the same average (run as a user runs it: its flags would clash
+    # with the trainer's, which other tests define in this process).
+    output = str(tmp_path / "cmd" / "avg")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-m", "trainers.average_checkpoints", f"--model_dir={tmp_path}",
+                    "--last=3", f"--output={output}"], check=True, cwd=root, capture_output=True)
     for a, b in zip(weights_of(output), averaged):
         np.testing.assert_array_equal(a, b)
 
