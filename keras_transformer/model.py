@@ -8,6 +8,7 @@ from keras import ops
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import masks
 from keras_transformer.layers.decoder import Decoder
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import (LearnedPositionalEmbedding, SharedEmbedding,
                                                 positional_encoding)
 from keras_transformer.layers.encoder import Encoder
@@ -46,14 +47,14 @@ class Transformer(keras.Model):
             self.target_positions = LearnedPositionalEmbedding(config.max_length, d_model,
                                                                name="target_positions", dtype=policy)
         # Section 5.4: dropout on the sums of embeddings and positional encodings.
-        self.embedding_dropout = keras.layers.Dropout(config.dropout_rate, name="embedding_dropout", dtype=policy)
+        self.embedding_dropout = Dropout(config.dropout_rate, name="embedding_dropout", dtype=policy)
         # Word dropout (Sennrich & Zhang 2019): whole token embeddings zeroed, all d_model features
         # of a position together (one noise value per position), before the positional encodings
         # are added, so a dropped word keeps its position. Kept ones are scaled by 1 / (1 - p) as
         # in ordinary dropout. Training only.
-        self.source_word_dropout = keras.layers.Dropout(
+        self.source_word_dropout = Dropout(
             config.source_word_dropout, noise_shape=(None, None, 1), name="source_word_dropout", dtype=policy)
-        self.target_word_dropout = keras.layers.Dropout(
+        self.target_word_dropout = Dropout(
             config.target_word_dropout, noise_shape=(None, None, 1), name="target_word_dropout", dtype=policy)
         stack = dict(num_layers=config.num_layers, layer_config=_layer_config(config), dtype=policy)
         self.encoder = Encoder(name="encoder", **stack)

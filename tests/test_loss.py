@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.training.loss import (LabelSmoothedCrossEntropy,
-                                             label_smoothed_cross_entropy, loss_and_accuracy,
-                                             token_accuracy_counts)
+                                             label_smoothed_cross_entropy, loss_accuracy_and_nll,
+                                             loss_and_accuracy, token_accuracy_counts)
 
 
 def numpy_reference(labels, logits, eps, pad_id=0):
@@ -113,6 +113,20 @@ def test_loss_and_accuracy_in_one_pass(batch):
     assert float(tokens) == mask.sum()
     want, _ = numpy_reference(labels, logits.astype(np.float64), 0.1)
     assert float(loss_sum) == pytest.approx(want, rel=1e-5)
+
+
+def test_nll_from_the_same_pass_is_the_unsmoothed_loss(batch):
+    """The evaluation's negative log-likelihood comes with the smoothed loss from one pass: it is
+    the eps = 0 loss of the numpy reference, while the smoothed loss stays eps = 0.3's."""
+    labels, logits = batch
+    # Labels with the largest logits, so that smoothing clearly raises the loss above the nll.
+    labels = np.where(labels != 0, logits.argmax(-1), 0).astype(np.int32)
+    loss_sum, tokens, _, nll_sum = loss_accuracy_and_nll(labels, logits, 0.3)
+    want_nll, _ = numpy_reference(labels, logits.astype(np.float64), 0.0)
+    want_loss, _ = numpy_reference(labels, logits.astype(np.float64), 0.3)
+    assert float(nll_sum) == pytest.approx(want_nll, rel=1e-5)
+    assert float(loss_sum) == pytest.approx(want_loss, rel=1e-5)
+    assert float(loss_sum) > 1.5 * float(nll_sum)
 
 
 def test_token_accuracy(batch):

@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers.dropout import Dropout
+
 # Masked scores are set to this instead of -inf (section 3.2.3) so that a row with every key masked
 # (an empty source sentence) gives uniform weights rather than NaN.
 _MASKED_SCORE = -1e9
@@ -78,7 +80,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.key_projection = keras.layers.Dense(num_heads * self.d_k, name="key", dtype=self.dtype_policy)
         self.value_projection = keras.layers.Dense(num_heads * self.d_v, name="value", dtype=self.dtype_policy)
         self.output_projection = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
-        self.weights_dropout = keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+        self.weights_dropout = Dropout(attention_dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, key_value_shape=None):
         key_value_shape = query_shape if key_value_shape is None else key_value_shape

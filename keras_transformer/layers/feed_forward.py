@@ -2,6 +2,8 @@
 
 import keras
 
+from keras_transformer.layers.dropout import Dropout
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class PositionwiseFeedForward(keras.layers.Layer):
@@ -17,7 +19,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.d_ff = d_ff
         self.relu_dropout = relu_dropout
         self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner", dtype=self.dtype_policy)
-        self.hidden_dropout = keras.layers.Dropout(relu_dropout, dtype=self.dtype_policy)
+        self.hidden_dropout = Dropout(relu_dropout, dtype=self.dtype_policy)
         self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
 
     def build(self, input_shape):

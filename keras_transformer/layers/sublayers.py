@@ -4,6 +4,7 @@ the per-layer hyper-parameters, and a stack of N identical layers."""
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
 
 
@@ -57,7 +58,7 @@ class TransformerLayer(keras.layers.Layer):
 
     def _dropout(self):
         """Residual dropout (section 5.4), on each sub-layer's output before the residual sum."""
-        return keras.layers.Dropout(self._layer_config["dropout_rate"], dtype=self.dtype_policy)
+        return Dropout(self._layer_config["dropout_rate"], dtype=self.dtype_policy)
 
     def _build_sublayers(self, x_shape, memory_shape=None):
         for name in self.sublayer_names:

@@ -39,10 +39,25 @@ def loss_and_accuracy(labels, logits, label_smoothing: float = 0.1, pad_id: int 
     accuracy, so no separate arg-max over the vocabulary is needed. Only the loss is
     differentiable.
     """
+    return loss_accuracy_and_nll(labels, logits, label_smoothing, pad_id)[:3]
+
+
+def loss_accuracy_and_nll(labels, logits, label_smoothing: float = 0.1, pad_id: int = 0):
+    """``loss_and_accuracy`` and, fourth, the summed negative log-likelihood of the labels
+    (the unsmoothed cross-entropy, ``logsumexp(z) - z_y``), from the same pass."""
+    return _sums(labels, logits, float(label_smoothing), int(pad_id))
+
+
+# One XLA cluster (for each logits shape): it fuses the cast to float32, the exponentials and
+# the row reductions of the forward pass, and the gradient's elementwise work, into a few loops
+# over the [batch, length, K] logits instead of one pass per TensorFlow op. Unlike the whole
+# step (see step.py), this part has no matmul, where XLA on CPU is slower than oneDNN.
+@tf.function(jit_compile=True)
+def _sums(labels, logits, label_smoothing, pad_id):
     logits = tf.cast(logits, tf.float32)
     labels = tf.cast(labels, tf.int32)
     num_classes = logits.shape[-1]
-    eps = float(label_smoothing)
+    eps = label_smoothing
     mask = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
 
     @tf.custom_gradient
@@ -52,22 +67,24 @@ def loss_and_accuracy(labels, logits, label_smoothing: float = 0.1, pad_id: int 
         sums = tf.reduce_sum(exps, axis=-1, keepdims=True)
         log_normalizer = tf.squeeze(row_max + tf.math.log(sums), -1)
         label_logits = tf.gather(z, labels, batch_dims=len(labels.shape))
-        per_token = log_normalizer - (1.0 - eps) * label_logits
+        nll = log_normalizer - label_logits
+        per_token = nll + eps * label_logits
         if eps:
             per_token -= (eps / num_classes) * tf.reduce_sum(z, axis=-1)
         correct = tf.cast(tf.greater_equal(label_logits, tf.squeeze(row_max, -1)), tf.float32)
 
-        def gradient(upstream, _):
+        def gradient(upstream, *_):
             weight = (upstream * mask)[..., None]
             # softmax(z) - q', with q' = (1 - eps) onehot + eps / K, per real token.
             target = tf.one_hot(labels, num_classes, on_value=1.0 - eps + eps / num_classes,
                                 off_value=eps / num_classes, dtype=tf.float32)
             return (exps * (weight / sums)) - target * weight
 
-        return (tf.reduce_sum(per_token * mask), tf.reduce_sum(correct * mask)), gradient
+        return (tf.reduce_sum(per_token * mask), tf.reduce_sum(correct * mask),
+                tf.reduce_sum(nll * mask)), gradient
 
-    loss_sum, correct = smoothed(logits)
-    return loss_sum, tf.reduce_sum(mask), correct
+    loss_sum, correct, nll_sum = smoothed(logits)
+    return loss_sum, tf.reduce_sum(mask), correct, nll_sum
 
 
 def token_accuracy_counts(labels, logits, pad_id: int = 0):

@@ -19,7 +19,7 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.training.loss import label_smoothed_cross_entropy, loss_and_accuracy
+from keras_transformer.training.loss import loss_accuracy_and_nll, loss_and_accuracy
 
 # Statistics every step returns, summed over replicas and micro-batches (and ``grad_norm``, the
 # global norm of the gradient the update applied).
@@ -164,10 +164,7 @@ class TrainStep:
     def _eval_replica_fn(self, batch):
         source, target_in, target_out = _unpack(batch)
         logits = self.model((source, target_in), training=False)
-        loss_sum, num_tokens, correct = loss_and_accuracy(
-            target_out, logits, self.label_smoothing, self.pad_id)
-        nll_sum, _ = label_smoothed_cross_entropy(target_out, logits, 0.0, self.pad_id)
-        return [loss_sum, num_tokens, correct, nll_sum]
+        return list(loss_accuracy_and_nll(target_out, logits, self.label_smoothing, self.pad_id))
 
     def _eval_fn(self, batch):
         stats = self.strategy.run(self._eval_replica_fn, args=(batch,))
