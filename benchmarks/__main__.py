@@ -29,7 +29,8 @@ import sys
 from absl import app, flags
 
 from benchmarks import common
-from benchmarks.targets import decoding_targets, training_targets
+from benchmarks.targets import (comparison_markdown, decoding_targets, repeat_target,
+                               training_targets)
 
 flags.DEFINE_string("output_dir", None, "Where the JSON files and report.md go (default "
                     "benchmarks/results, or runs/benchmarks/smoke with --smoke).")
@@ -84,6 +85,12 @@ def report(results, output_dir):
         profile_path = os.path.join(output_dir, "profile.json")
         profile = read_part(profile_path) if os.path.exists(profile_path) else None
         targets += training_targets(results["training_throughput"], profile)
+    # A second training run compared with the first (training_throughput --compare): whether
+    # the ratios repeat within noise.
+    repeat_path = os.path.join(output_dir, "training_throughput_repeat.json")
+    repeat = read_part(repeat_path) if os.path.exists(repeat_path) else None
+    if repeat and repeat.get("comparison"):
+        targets.append(repeat_target(repeat))
     if "decoding" in results:
         targets += decoding_targets(results["decoding"])
     if targets:
@@ -105,6 +112,13 @@ def report(results, output_dir):
             lines += [f"{result['model']}; median [min, max] of {result['runs']} runs.", ""]
         tables = result["markdown"]
         lines += ["\n\n".join(tables.values()) if isinstance(tables, dict) else tables, ""]
+        if part == "training_throughput" and repeat and repeat.get("comparison"):
+            lines += ["### The same rows measured again", "",
+                      f"Measured {repeat['machine']['date']}, load average "
+                      f"{repeat['machine']['load_average'][0]} at the start: `python -m "
+                      "benchmarks.training_throughput --xla=off --main_job=false --before= "
+                      f"--compare={repeat['comparison']['earlier']}`.", "",
+                      comparison_markdown(repeat["comparison"]), ""]
     text = "\n".join(lines)
     from keras_transformer import writing
 

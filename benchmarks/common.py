@@ -52,15 +52,28 @@ class MatmulPeak:
         """Measures every dtype once now; ``when`` says where in the run (for the JSON)."""
         sample = {"when": when}
         for dtype, (a, b) in self._inputs.items():
-            self._matmul(a, b).numpy()
-            best = float("inf")
-            for _ in range(self.repeats):
-                start = time.perf_counter()
-                self._matmul(a, b).numpy()
-                best = min(best, time.perf_counter() - start)
-            sample[dtype] = 2.0 * self.n ** 3 / best
+            sample[dtype] = 2.0 * self.n ** 3 / self._best_seconds(self._matmul, a, b)
         self.samples.append(sample)
         return sample
+
+    def xla_sample(self) -> dict:
+        """The same matmuls compiled by XLA (``jit_compile=True``): how fast XLA's own CPU matmul
+        is beside TensorFlow's (oneDNN) kernels, which the XLA training rows run without."""
+        import tensorflow as tf
+
+        matmul = tf.function(lambda x, y: tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32)),
+                             jit_compile=True)
+        return {dtype: 2.0 * self.n ** 3 / self._best_seconds(matmul, a, b)
+                for dtype, (a, b) in self._inputs.items()}
+
+    def _best_seconds(self, matmul, a, b):
+        matmul(a, b).numpy()
+        best = float("inf")
+        for _ in range(self.repeats):
+            start = time.perf_counter()
+            matmul(a, b).numpy()
+            best = min(best, time.perf_counter() - start)
+        return best
 
     def best(self, dtype: str) -> float:
         return max(sample[dtype] for sample in self.samples)

@@ -36,16 +36,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from benchmarks import common  # noqa: E402
+from benchmarks import batch_flags, common  # noqa: E402
 from trainers import data_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)
-FLAGS.set_default("token_budget", 4096)
-FLAGS.set_default("max_length", 64)
-flags.DEFINE_list("presets", ["small", "base"], "Presets to profile.")
-flags.DEFINE_list("precisions", ["float32", "bfloat16"], "Compute precisions.")
-flags.DEFINE_integer("batches", 4, "Distinct real batches per pass.", lower_bound=1)
+flags.adopt_module_key_flags(batch_flags)
+FLAGS.set_default("batches", 4)
 flags.DEFINE_integer("profiled_passes", 1, "Passes over the batches under the profiler.",
                      lower_bound=1)
 flags.DEFINE_integer("sync_rounds", 3, "Alternating rounds of the host-sync A/B.", lower_bound=1)

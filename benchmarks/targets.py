@@ -1,6 +1,8 @@
 """The performance issue's targets, judged from the benchmarks' JSON results (no flags here, so
 tests and other programs can import it)."""
 
+from benchmarks import common
+
 # The targets of the performance issue, as ratios measured in one run on one machine: model
 # FLOP/s of the training step over the matmul peak of the same precision.
 TRAINING_TARGETS = {("small", "float32"): 0.60, ("base", "float32"): 0.75,
@@ -50,14 +52,15 @@ def training_targets(result, profile=None):
                 rows.append(_target(
                     f"training {preset} {precision}: XLA on / off", f"{ratio:.2f}x",
                     ">= 1x, or a profile reason", ratio >= 1.0,
-                    "" if ratio >= 1.0 else xla_reason(pair[True], pair[False])))
+                    "" if ratio >= 1.0 else xla_reason(pair[True], pair[False], result)))
     return rows
 
 
-def xla_reason(on, off) -> str:
+def xla_reason(on, off, result=None) -> str:
     """Splits XLA's loss of real tokens/s into its two causes: the coarser bucket grid XLA
     needs (padding: fewer real tokens in the same padded step) and the compiled step's speed per
-    padded token."""
+    padded token; and, if the run measured it, XLA's own matmul beside TensorFlow's (oneDNN),
+    which the compiled step's matmuls run on instead."""
     def padded_per_second(row):
         data = row["batches"]
         real_per_padded = data["real_tokens"] / data["padded_tokens"]
@@ -68,7 +71,17 @@ def xla_reason(on, off) -> str:
     return (f"XLA stays off by default (trainers.wmt --xla). Padding: its bucket grid leaves "
             f"{100 * on_real:.0f}% real tokens vs {100 * off_real:.0f}% without XLA "
             f"({on_real / off_real:.2f}x); compiled step per padded token: "
-            f"{on_speed / off_speed:.2f}x of TensorFlow's kernels")
+            f"{on_speed / off_speed:.2f}x of TensorFlow's kernels" + _xla_matmul_note(on, result))
+
+
+def _xla_matmul_note(row, result) -> str:
+    xla_matmul = (result or {}).get("xla_matmul_flops", {}).get(row["precision"])
+    if not xla_matmul:
+        return ""
+    peak = result["matmul_peak_flops"][row["precision"]]
+    return (f"; XLA's own {result['matmul_size']}^3 {row['precision']} matmul runs at "
+            f"{xla_matmul / 1e9:,.0f} GFLOP/s, {xla_matmul / peak:.2f}x of TensorFlow's "
+            f"({peak / 1e9:,.0f})")
 
 
 def profile_reason(profile, preset, precision) -> str:
@@ -125,3 +138,55 @@ def decoding_targets(result):
                                 "XLA on by default only where >= 1x", True,
                                 "XLA is off by default for decoding and in the SavedModel"))
     return rows
+
+
+def own_peak_fraction(row) -> float:
+    """A training row's model FLOP/s over the matmul peak of its own precision."""
+    return row["fraction_of_fp32_peak" if row["precision"] == "float32" else "fraction_of_bf16_peak"]
+
+
+def _pass_spread(row) -> float:
+    seconds = row["step_seconds"]
+    return (seconds["max"] - seconds["min"]) / seconds["median"]
+
+
+def repeat_comparison(earlier, rows):
+    """Each training row beside the same configuration of an ``earlier`` run's result: the
+    relative change of its share of its own precision's peak, and whether that is within noise,
+    i.e. no larger than the larger relative spread (max - min) / median of the two rows' passes."""
+    def key(row):
+        return row["preset"], row["precision"], row["xla"], bool(row.get("main_job"))
+
+    before = {key(row): row for row in earlier["rows"]}
+    compared = []
+    for row in rows:
+        old = before.get(key(row))
+        if old is not None:
+            change = own_peak_fraction(row) / own_peak_fraction(old) - 1.0
+            noise = max(_pass_spread(row), _pass_spread(old))
+            compared.append({"preset": row["preset"], "precision": row["precision"],
+                             "xla": row["xla"], "earlier": own_peak_fraction(old),
+                             "now": own_peak_fraction(row), "change": change, "noise": noise,
+                             "same": abs(change) <= noise})
+    return compared
+
+
+def comparison_markdown(comparison) -> str:
+    return common.markdown([{
+        "configuration": f"{c['preset']} {c['precision']} XLA {'on' if c['xla'] else 'off'}",
+        "% of own peak, earlier": f"{100 * c['earlier']:.1f}%",
+        "% of own peak, now": f"{100 * c['now']:.1f}%",
+        "change": f"{100 * c['change']:+.1f}%",
+        "noise (largest pass spread)": f"{100 * c['noise']:.1f}%",
+        "same within noise": "yes" if c["same"] else "**no**"} for c in comparison["rows"]],
+        ["configuration", "% of own peak, earlier", "% of own peak, now", "change",
+         "noise (largest pass spread)", "same within noise"])
+
+
+def repeat_target(repeat):
+    """The targets row of a repeated training run (``training_throughput --compare``)."""
+    rows = repeat["comparison"]["rows"]
+    same = sum(c["same"] for c in rows)
+    return _target("training: a second run reads the same ratios within noise",
+                   f"{same}/{len(rows)} rows", "all rows", rows and same == len(rows),
+                   f"{repeat['machine']['date']} beside {repeat['comparison']['earlier_date']}")

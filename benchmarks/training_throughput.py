@@ -6,6 +6,8 @@ peak measured in the same run.
     python -m benchmarks.training_throughput --presets=small --precisions=float32 --xla=off
     python -m benchmarks.training_throughput --before= --main_job=false   # today's code only
     python -m benchmarks.training_throughput --smoke --output=/tmp/smoke.json   # seconds
+    python -m benchmarks.training_throughput --xla=off --main_job=false --before= --compare=PATH
+                                          # the same ratios as an earlier run's JSON (PATH)?
 
 Batches are --batches token-budget batches of the training split (the offline Ding corpus by
 default; any dataset through the data flags), exactly as the trainer feeds them (the exact bucket
@@ -32,27 +34,30 @@ peak. A row above the peak of its own precision is flagged: the peak was measure
 busy machine), so no ratio of that run can be trusted. Peak memory is the resident-set
 high-water mark while the configuration ran, for the whole process and above what it held
 before. Prints a Markdown table and writes JSON (--output).
+
+--compare reads an earlier run's JSON and sets each row beside the same configuration there: the
+change of its share of the peak of its own precision, and whether that change is within noise,
+i.e. no larger than the larger relative spread (max - min) / median of the two rows' passes.
+The exit status is 1 if a row differs by more.
 """
 
+import json
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags, logging  # noqa: E402
 
-from benchmarks import common, training_changes  # noqa: E402
+from benchmarks import batch_flags, common, targets, training_changes  # noqa: E402
 from trainers import data_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)
-FLAGS.set_default("token_budget", 4096)
-FLAGS.set_default("max_length", 64)
-flags.DEFINE_list("presets", ["small", "base"], "Presets to measure.")
-flags.DEFINE_list("precisions", ["float32", "bfloat16"], "Compute precisions (float32, bfloat16).")
+flags.adopt_module_key_flags(batch_flags)
 flags.DEFINE_enum("xla", "both", ["off", "on", "both"], "Measure without and/or with XLA.")
-flags.DEFINE_integer("batches", 8, "Distinct real batches per pass.", lower_bound=1)
 flags.DEFINE_integer("runs", 3, "Timed passes over the batches (median, min, max).", lower_bound=1)
 flags.DEFINE_list("before", list(training_changes.CHANGES),
                   "Changes (of benchmarks/training_changes.py) whose earlier code path is timed "
@@ -63,6 +68,8 @@ flags.DEFINE_bool("main_job", True, "Also measure the main job's model and batch
 flags.DEFINE_integer("matmul_size", 4096, "n of the n x n x n matmuls measuring the peaks.")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "training_throughput.json"),
                     "JSON output.")
+flags.DEFINE_string("compare", None, "An earlier JSON of this benchmark: each row beside the same "
+                    "configuration there, same within noise or not (exit status 1 if not).")
 flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny preset, one small "
                   "batch, one pass, small matmuls); overrides the sizes above.")
 
@@ -205,6 +212,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logging.set_verbosity(logging.WARNING)
+    if FLAGS.compare and not os.path.isfile(FLAGS.compare):
+        raise app.UsageError(f"--compare={FLAGS.compare}: no such file (an earlier JSON of this "
+                             "benchmark).")
     presets, precisions, runs, count, size = (FLAGS.presets, FLAGS.precisions, FLAGS.runs,
                                               FLAGS.batches, FLAGS.matmul_size)
     overrides = {}
@@ -240,6 +250,11 @@ def main(argv):
         rows.append(main_job_row(overrides, count, runs))
         print_row(rows[-1])
         report_peak(peak.sample("after the main job"))
+    xla_matmul = None
+    if any(row["xla"] for row in rows):  # why XLA's step is slower: its matmul beside oneDNN's
+        xla_matmul = peak.xla_sample()
+        print("matmul compiled by XLA: " + ", ".join(
+            f"{dtype} {value / 1e9:,.1f} GFLOP/s" for dtype, value in xla_matmul.items()), flush=True)
     # The samples above include the one after the last configuration ("after").
     peak.samples[-1]["when"] = "after"
     peaks = peak.peaks()
@@ -266,8 +281,19 @@ def main(argv):
                        "vocab_size": tokenizer.vocab_size, "batches": count,
                        "without_xla": batches[False][1], "with_xla": batches[True][1]},
               "runs": runs, "rows": rows, "markdown": table}
+    if xla_matmul:
+        result["xla_matmul_flops"] = xla_matmul
+    if FLAGS.compare:
+        with open(FLAGS.compare) as stream:
+            earlier = json.load(stream)
+        result["comparison"] = {"earlier": FLAGS.compare, "earlier_date": earlier["machine"]["date"],
+                                "rows": targets.repeat_comparison(earlier, rows)}
+        print(f"\nBeside {FLAGS.compare} ({earlier['machine']['date']}):\n\n"
+              + targets.comparison_markdown(result["comparison"]))
     common.write_json(FLAGS.output, result)
     print(f"\nwrote {FLAGS.output}")
+    if FLAGS.compare and not all(c["same"] for c in result["comparison"]["rows"]):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

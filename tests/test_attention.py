@@ -125,6 +125,20 @@ def test_precomputed_cross_attention_cache_equals_direct_call():
     np.testing.assert_allclose(direct, cached, atol=1e-6)
 
 
+def test_one_key_attention_warns_nothing():
+    """The first cached decoding step attends over one key: weight 1, and no warning on the
+    user's console (keras.ops.softmax warns about any softmax over an axis of size 1)."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    query, key, value = (rng.normal(size=(2, 3, 1, 4)).astype("float32") for _ in range(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outputs, weights = scaled_dot_product_attention(query, key, value)
+    np.testing.assert_allclose(np.asarray(weights), 1.0)
+    np.testing.assert_allclose(np.asarray(outputs), value, rtol=1e-6)
+
+
 def test_config_round_trip():
     layer = MultiHeadAttention(num_heads=4, d_model=32, d_k=4, d_v=12, attention_dropout=0.1)
     clone = MultiHeadAttention.from_config(layer.get_config())

@@ -229,6 +229,50 @@ def test_targets_are_judged_against_the_issue_goals():
     assert len(judged) == 4
 
 
+def test_a_repeated_run_is_the_same_within_the_spread_of_its_passes():
+    """--compare: each row's share of its own peak beside the earlier run's; the same within
+    noise when the change is no larger than the larger (max - min) / median of the two rows."""
+    from benchmarks.targets import comparison_markdown, repeat_comparison, repeat_target
+
+    def row(preset, precision, fraction, seconds, xla=False):
+        median, low, high = seconds
+        return {"preset": preset, "precision": precision, "xla": xla,
+                "fraction_of_fp32_peak": fraction if precision == "float32" else 2 * fraction,
+                "fraction_of_bf16_peak": fraction,
+                "step_seconds": {"median": median, "min": low, "max": high}}
+
+    earlier = {"rows": [row("small", "float32", 0.60, (1.0, 0.98, 1.02)),
+                        row("base", "bfloat16", 0.62, (4.0, 3.9, 4.1)),
+                        row("base", "float32", 0.63, (7.0, 6.9, 7.1))]}
+    now = [row("small", "float32", 0.63, (1.0, 0.95, 1.06)),   # +5.0% within a 11% spread
+           row("base", "bfloat16", 0.68, (4.0, 3.95, 4.05)),  # +9.7% beyond 5%, judged in bf16
+           row("big", "float32", 0.5, (9.0, 9.0, 9.0))]        # nothing to compare with
+    compared = repeat_comparison(earlier, now)
+    assert [(c["preset"], c["same"]) for c in compared] == [("small", True), ("base", False)]
+    assert compared[0]["change"] == pytest.approx(0.05) and compared[0]["noise"] == pytest.approx(0.11)
+    assert compared[1]["change"] == pytest.approx(0.68 / 0.62 - 1)
+    table = comparison_markdown({"rows": compared})
+    assert "| small float32 XLA off | 60.0% | 63.0% | +5.0% | 11.0% | yes |" in table
+    target = repeat_target({"machine": {"date": "d2"},
+                            "comparison": {"earlier_date": "d1", "rows": compared}})
+    assert (target["measured"], target["met"]) == ("1/2 rows", "**no**")
+
+
+def test_xla_reason_names_xlas_own_matmul_beside_tensorflows():
+    from benchmarks.targets import xla_reason
+
+    def row(xla, tokens):
+        return {"precision": "bfloat16", "xla": xla, "tokens_per_second": tokens,
+                "batches": {"real_tokens": 80, "padded_tokens": 100}}
+
+    result = {"matmul_size": 4096, "matmul_peak_flops": {"bfloat16": 400e9},
+              "xla_matmul_flops": {"bfloat16": 100e9}}
+    reason = xla_reason(row(True, 50), row(False, 100), result)
+    assert "compiled step per padded token: 0.50x" in reason
+    assert "bfloat16 matmul runs at 100 GFLOP/s, 0.25x of TensorFlow's (400)" in reason
+    assert "XLA's own" not in xla_reason(row(True, 50), row(False, 100))
+
+
 def test_search_ab_compares_two_versions_of_the_search(tmp_path):
     """benchmarks.search_ab with today's decoding.py on both sides (copied, so it loads as a
     second module): identical outputs, two timings and their ratio in the JSON."""

@@ -3,6 +3,7 @@
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_transformer.layers.dropout import Dropout
@@ -31,7 +32,9 @@ def scaled_dot_product_attention(query, key, value, mask=None, weights_dropout=N
     scores = ops.cast(scores, "float32")
     if mask is not None:
         scores = ops.where(mask, scores, _MASKED_SCORE)
-    weights = ops.cast(ops.softmax(scores, axis=-1), value.dtype)
+    # tf.nn.softmax, not keras.ops.softmax: the first step of cached decoding attends over one
+    # key, and Keras warns about every softmax over an axis of size 1 (correct here: weight 1).
+    weights = ops.cast(tf.nn.softmax(scores, axis=-1), value.dtype)
     if weights_dropout is not None:
         weights = weights_dropout(weights)
     return ops.matmul(weights, value), weights
