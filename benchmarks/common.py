@@ -129,6 +129,51 @@ def parameter_counts(model):
     return count(model.encoder), count(model.decoder), config.output_vocab_size * config.d_model
 
 
+def layer_matmul_shapes(config, source_rows, target_rows):
+    """(rows, inputs, outputs) of every weight matrix product of one training step's forward
+    pass: per encoder layer Q, K, V, output and the two FFN matrices over the source rows; per
+    decoder layer the same for self- and cross-attention (cross K and V over the source rows)
+    and FFN over the target rows; the pre-softmax projection. Rows are padded tokens (the work
+    the kernels do)."""
+    d, heads = config.d_model, config.num_heads
+    qk, v = heads * config.d_k, heads * config.d_v
+    attention = lambda rows, kv_rows: [(rows, d, qk), (kv_rows, d, qk), (kv_rows, d, v), (rows, v, d)]
+    ffn = lambda rows: [(rows, d, config.d_ff), (rows, config.d_ff, d)]
+    encoder = attention(source_rows, source_rows) + ffn(source_rows)
+    decoder = (attention(target_rows, target_rows) + attention(target_rows, source_rows)
+               + ffn(target_rows))
+    return (encoder * config.num_layers + decoder * config.num_layers
+            + [(target_rows, d, config.output_vocab_size)])
+
+
+def matmul_seconds(shapes, dtype, repeats=3):
+    """The best time over ``repeats`` of the products ``shapes`` need in a training step, alone:
+    each forward product and its two backward ones (input gradient, weight gradient), with
+    TensorFlow's kernels (oneDNN) on random operands. With the step's time it splits the step
+    into its matmuls and everything else (element-wise work, the loss, the optimizer)."""
+    import tensorflow as tf
+
+    operands = [(tf.cast(tf.random.normal([n, i]), dtype), tf.cast(tf.random.normal([i, o]), dtype),
+                 tf.cast(tf.random.normal([n, o]), dtype)) for n, i, o in shapes]
+
+    @tf.function
+    def products():
+        total = tf.constant(0.0)
+        for x, w, dy in operands:
+            for product in (tf.matmul(x, w), tf.matmul(dy, w, transpose_b=True),
+                            tf.matmul(x, dy, transpose_a=True)):
+                total += tf.cast(product[0, 0], tf.float32)  # keeps each product alive
+        return total
+
+    products().numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        products().numpy()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def real_batches(config, tokenizer, count):
     """``count`` training batches as the trainer sees them, and their padding statistics."""
     import numpy as np

@@ -40,8 +40,8 @@ def training_targets(result, profile=None):
                                 "measurement error: above the matmul peak (peak too low)"))
             continue
         note = "" if fraction >= goal else (
-            f"short by {100 * (goal - fraction):.0f} points; " + profile_reason(
-                profile, preset, precision))
+            f"short by {100 * (goal - fraction):.0f} points; " + _outside_matmuls(best)
+            + profile_reason(profile, preset, precision))
         rows.append(_target(name, measured, f">= {100 * goal:.0f}%", fraction >= goal, note))
     for preset in dict.fromkeys(p for p, _ in TRAINING_TARGETS):
         for precision in ("float32", "bfloat16"):
@@ -82,6 +82,16 @@ def _xla_matmul_note(row, result) -> str:
     return (f"; XLA's own {result['matmul_size']}^3 {row['precision']} matmul runs at "
             f"{xla_matmul / 1e9:,.0f} GFLOP/s, {xla_matmul / peak:.2f}x of TensorFlow's "
             f"({peak / 1e9:,.0f})")
+
+
+def _outside_matmuls(row) -> str:
+    """How much of the step the layers' matmuls alone would take (training_throughput times
+    them without the rest): the remainder is what keeps the step from the peak."""
+    share = row.get("matmul_share_of_step")
+    if share is None:
+        return ""
+    return (f"the step's matmuls alone take {100 * share:.0f}% of its time, the other "
+            f"{100 * (1 - share):.0f}% is element-wise work, the loss and the optimizer; ")
 
 
 def profile_reason(profile, preset, precision) -> str:

@@ -44,13 +44,6 @@ def _loss_before():
     return _patched(step, "loss_and_accuracy", _loss_and_accuracy_before)
 
 
-def _loss_xla_before():
-    """The same loss computed op by op, without its XLA cluster."""
-    from keras_transformer.training import loss
-
-    return _patched(loss, "_sums", loss._sums.python_function)
-
-
 def _dropout_before():
     """Keras' dropout: one float32 uniform draw per unit."""
     import keras
@@ -65,7 +58,6 @@ CHANGES = {
     "loss": ("label-smoothed loss from logsumexp with a written-out gradient, accuracy from its "
              "row maximum (was: softmax cross-entropy against a one-hot smoothed target, plus an "
              "arg-max)", _loss_before),
-    "loss_xla": ("the loss as one XLA cluster per logits shape (was: op by op)", _loss_xla_before),
     "dropout": ("dropout masks from 16-bit random draws, two per 32-bit word (was: Keras' "
                 "float32 uniform per unit)", _dropout_before),
 }

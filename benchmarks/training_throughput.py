@@ -74,7 +74,8 @@ flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny pre
                   "batch, one pass, small matmuls); overrides the sizes above.")
 
 COLUMNS = ["preset", "precision", "XLA", "real tokens/step (src+tgt)", "padding",
-           "step s (median [min, max])", "tokens/s", "before -> after tokens/s (changes)", "model GFLOP/s", "% of fp32 peak",
+           "step s (median [min, max])", "tokens/s", "before -> after tokens/s (changes)", "model GFLOP/s",
+           "matmuls alone: share of the step", "% of fp32 peak",
            "% of bf16 peak", "peak memory MB (process / added)", "first pass s"]
 
 
@@ -85,6 +86,7 @@ def measure(preset, precision, xla, vocab_size, batches, runs, before=(), overri
     import contextlib
 
     import keras
+    import tensorflow as tf
 
     import keras_transformer as kt
     from benchmarks import training_changes
@@ -136,6 +138,15 @@ def measure(preset, precision, xla, vocab_size, batches, runs, before=(), overri
            "model_flops_per_step": flops, "model_flops_per_second": flops / seconds,
            "peak_memory_bytes": memory.bytes, "added_memory_bytes": memory.added_bytes,
            "first_pass_seconds": first_pass["after"]}
+    # The same products alone (mean padded rows of the batches): the step's time outside them is
+    # what the element-wise work, the loss and the optimizer cost.
+    source_rows = round(statistics.mean(int(tf.size(b[0][0])) for b in batches))
+    target_rows = round(statistics.mean(int(tf.size(b[1])) for b in batches))
+    compute_dtype = tf.bfloat16 if precision == "bfloat16" else tf.float32
+    matmuls = common.matmul_seconds(common.layer_matmul_shapes(config, source_rows, target_rows),
+                                    compute_dtype)
+    row["matmul_seconds_alone"] = matmuls
+    row["matmul_share_of_step"] = matmuls / seconds
     if before:
         before_seconds = statistics.median(passes["before"])
         row["before"] = {"changes": list(before),
@@ -166,6 +177,8 @@ def table_row(row, peaks):
             f"({row['before']['speedup']:.2f}x: {', '.join(row['before']['changes'])})"
             if row.get("before") else ""),
         "model GFLOP/s": f"{row['model_flops_per_second'] / 1e9:,.1f}",
+        "matmuls alone: share of the step": (f"{100 * row['matmul_share_of_step']:.0f}%"
+                                             if "matmul_share_of_step" in row else ""),
         "% of fp32 peak": f"{100 * fp32:.0f}%" + (error if row["precision"] == "float32" else ""),
         "% of bf16 peak": f"{100 * bf16:.0f}%{error}" if row["precision"] == "bfloat16" else "",
         "peak memory MB (process / added)":

@@ -55,6 +55,10 @@ def check_training_rows(smoke_report):
         ("float32", False), ("float32", True), ("bfloat16", False), ("bfloat16", True)}
     assert [r["preset"] for r in rows if r.get("main_job")] == ["mini"]
     assert sum("before" in r for r in rows) == 1  # the smoke run compares the first row only
+    # The step's matmuls timed alone take part of the step, and XLA's own matmul was measured
+    # because XLA rows ran.
+    assert all(0 < r["matmul_share_of_step"] for r in rows)
+    assert set(result["xla_matmul_flops"]) == {"float32", "bfloat16"}
     for row in rows:
         # Each XLA setting on the trainer's default bucket grid for it.
         data = row["batches"]
@@ -190,6 +194,10 @@ def test_targets_are_judged_against_the_issue_goals():
     assert (base_bf16["met"], base_bf16["measured"]) == ("**no**", "74% (XLA off)")
     # A missed goal says by how much and what the profile shows besides the layers' matmuls.
     assert small["note"].startswith("short by 6 points; profile: dropout")
+    # With the step's matmuls timed alone, the note says how much of the step lies outside them.
+    alone = dict(row("small", "float32", False, 0.50, 300), matmul_share_of_step=0.6)
+    note = training_targets({"rows": [alone]})[0]["note"]
+    assert "matmuls alone take 60% of its time, the other 40%" in note
     assert "LayerNorm (fwd + bwd) 5%" in small["note"]
     assert judged["training small float32: XLA on / off"]["measured"] == "1.07x"
     assert judged["training small float32: XLA on / off"]["met"] == "yes"
@@ -256,6 +264,33 @@ def test_a_repeated_run_is_the_same_within_the_spread_of_its_passes():
     target = repeat_target({"machine": {"date": "d2"},
                             "comparison": {"earlier_date": "d1", "rows": compared}})
     assert (target["measured"], target["met"]) == ("1/2 rows", "**no**")
+
+
+def test_the_timed_matmuls_are_the_models_weight_matrices():
+    """benchmarks.common.layer_matmul_shapes against the model itself: one product per weight
+    matrix of the layers (Q, K, V, output, FFN; d_k != d_model / heads here), encoder ones over
+    the source rows, decoder ones over the target rows except cross-attention's K and V."""
+    import keras_transformer as kt
+    from benchmarks import common
+    from keras_transformer.training import build_model
+
+    config = kt.TransformerConfig.from_preset("tiny", vocab_size=64, d_k=12, d_v=10)
+    model = build_model(config, "float32")
+    shapes = common.layer_matmul_shapes(config, source_rows=3, target_rows=5)
+    kernels = {"encoder": [], "decoder": []}
+    for variable in model.trainable_variables:
+        stack = variable.path.split("/")[1]  # transformer/<stack>/layer_i/...
+        if len(variable.shape) == 2 and stack in kernels:
+            kernels[stack].append(tuple(variable.shape))
+    encoder = shapes[:len(kernels["encoder"])]
+    decoder = shapes[len(kernels["encoder"]):-1]
+    assert sorted((i, o) for _, i, o in encoder) == sorted(kernels["encoder"])
+    assert sorted((i, o) for _, i, o in decoder) == sorted(kernels["decoder"])
+    assert shapes[-1] == (5, config.d_model, config.output_vocab_size)  # the tied projection
+    assert {rows for rows, _, _ in encoder} == {3}
+    # Cross-attention's keys and values are the source's: two source-row products per layer.
+    assert sorted(rows for rows, _, _ in decoder) == (
+        [3] * (2 * config.num_layers) + [5] * (8 * config.num_layers))
 
 
 def test_xla_reason_names_xlas_own_matmul_beside_tensorflows():

@@ -48,11 +48,6 @@ def loss_accuracy_and_nll(labels, logits, label_smoothing: float = 0.1, pad_id: 
     return _sums(labels, logits, float(label_smoothing), int(pad_id))
 
 
-# One XLA cluster (for each logits shape): it fuses the cast to float32, the exponentials and
-# the row reductions of the forward pass, and the gradient's elementwise work, into a few loops
-# over the [batch, length, K] logits instead of one pass per TensorFlow op. Unlike the whole
-# step (see step.py), this part has no matmul, where XLA on CPU is slower than oneDNN.
-@tf.function(jit_compile=True)
 def _sums(labels, logits, label_smoothing, pad_id):
     logits = tf.cast(logits, tf.float32)
     labels = tf.cast(labels, tf.int32)
