@@ -65,6 +65,9 @@ flags.DEFINE_list("before", list(training_changes.CHANGES),
                   "Empty: today's code only.")
 flags.DEFINE_bool("main_job", True, "Also measure the main job's model and batches "
                   "(python -m trainers.quickstart: preset mini, its corpus and precision).")
+flags.DEFINE_enum("main_job_precision", "auto", ["auto", "float32", "bfloat16"],
+                  "The main job's precision: auto (the machine's choice, as the main job's), or "
+                  "float32 (what the main job runs on an AVX2 machine).")
 flags.DEFINE_integer("matmul_size", 4096, "n of the n x n x n matmuls measuring the peaks.")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "training_throughput.json"),
                     "JSON output.")
@@ -199,7 +202,7 @@ def main_job_row(smoke_overrides, count, runs):
     config = data_flags.data_config(xla=False, **corpus)
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     batches, padding = common.real_batches(config, tokenizer, count)
-    row = measure(job["preset"], resolve_precision(job["mixed_precision"]), False,
+    row = measure(job["preset"], resolve_precision(FLAGS.main_job_precision), False,
                   tokenizer.vocab_size, batches, runs, before=() if FLAGS.smoke else FLAGS.before,
                   overrides=dict(norm_first=job["norm_first"], dropout_rate=job["dropout_rate"]))
     row.update(batches=padding, main_job=True, dataset=config.dataset,
