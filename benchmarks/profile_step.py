@@ -85,8 +85,8 @@ def category(op_type: str, name: str) -> str:
         if re.search(r"transformer(_\d+)*/tensordot", lower):
             return CATEGORIES[0]
         return CATEGORIES[2] if "batchmatmul" in op_type.lower() else CATEGORIES[1]
-    if ("softmax_cross_entropy" in lower or "one_hot" in lower or op_type in ("ArgMax", "OneHot")
-            or "SoftmaxCrossEntropy" in op_type):
+    if ("label_smoothed_loss" in lower or "softmax_cross_entropy" in lower or "one_hot" in lower
+            or op_type in ("ArgMax", "OneHot") or "SoftmaxCrossEntropy" in op_type):
         return CATEGORIES[3]
     if "dropout" in lower:
         return CATEGORIES[4]

@@ -194,9 +194,14 @@ def comparison_markdown(comparison) -> str:
 
 
 def repeat_target(repeat):
-    """The targets row of a repeated training run (``training_throughput --compare``)."""
+    """The targets row of a repeated training run (``training_throughput --compare``): how many
+    rows repeat within noise, each change, and how large the noise was (a wide spread means a
+    busy machine, under which "the same" says little)."""
     rows = repeat["comparison"]["rows"]
     same = sum(c["same"] for c in rows)
+    changes = ", ".join(f"{100 * c['change']:+.0f}%" for c in rows)
+    noise = max((c["noise"] for c in rows), default=0.0)
     return _target("training: a second run reads the same ratios within noise",
                    f"{same}/{len(rows)} rows", "all rows", rows and same == len(rows),
-                   f"{repeat['machine']['date']} beside {repeat['comparison']['earlier_date']}")
+                   f"{repeat['machine']['date']} beside {repeat['comparison']['earlier_date']}; "
+                   f"changes {changes}; pass spreads up to {100 * noise:.0f}%")

@@ -118,7 +118,7 @@ def check_report(smoke_report):
     rows = [line for line in markdown.splitlines() if line.startswith(("| tiny |", "| mini (main"))]
     assert len(rows) == 5  # tiny in both precisions with and without XLA, and the main job
     for line in rows:
-        assert line.count("|") == 14  # 13 columns
+        assert line.count("|") == 15  # 14 columns
     assert "wrote" in stdout
 
 
@@ -370,3 +370,6 @@ def test_profile_categories_follow_the_ops_names():
     assert category("Mean", "transformer/encoder/layer_0/self_attention_norm/moments/mean"
                     ).startswith("LayerNorm")
     assert category("ArgMax", "ArgMax").startswith("loss")
+    # The loss's own ops, in its name scope, also under the gradient tape.
+    for name in ("label_smoothed_loss/Exp", "gradient_tape/label_smoothed_loss/mul_1"):
+        assert category("Exp", name).startswith("loss")
