@@ -250,6 +250,12 @@ def markdown(rows, columns) -> str:
     return "\n".join(lines)
 
 
+def shown_path(path: str) -> str:
+    """A path as results record it: relative to the working directory (the project, where the
+    commands run), so no machine's absolute paths reach the committed results."""
+    return os.path.relpath(path)
+
+
 def write_json(path: str, value) -> None:
     from keras_transformer import writing
 

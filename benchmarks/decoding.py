@@ -126,7 +126,7 @@ def load_model_and_sentences():
         translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint)
         data_config = runs.data_config(runs.read_config(FLAGS.model_dir))
         model, tokenizer = translator.model, translator.tokenizer
-        described = f"trained model {FLAGS.model_dir} ({FLAGS.checkpoint or 'latest checkpoint'})"
+        described = f"trained model {common.shown_path(FLAGS.model_dir)} ({FLAGS.checkpoint or 'latest checkpoint'})"
     else:
         data_dir = FLAGS.data_dir or ("data" if os.path.isdir("data") else
                                       os.path.join("runs", "benchmarks", "data"))
@@ -355,7 +355,7 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_sizes, extra_length, run
 
         before_decoding, package = earlier_version.load_before(FLAGS.before)
         before = (before_decoding, package, earlier_version.model_of(package, model),
-                  f"ours before ({FLAGS.before_name or FLAGS.before})")
+                  f"ours before ({FLAGS.before_name or common.shown_path(FLAGS.before)})")
     pieces = tokenizer_pieces(tokenizer)
     threads = FLAGS.threads or tensorflow_threads()
     rows = []

@@ -16,13 +16,13 @@ Prints one line per configuration and writes JSON (--output): median seconds of 
 ratio. Not a test: numbers depend on the machine and its load.
 """
 
-import json
 import os
 import statistics
 import time
 
 from absl import app, flags
 
+from benchmarks import common
 from benchmarks.earlier_version import load_before, model_of
 from trainers import console, decoding_flags
 
@@ -145,13 +145,11 @@ def main(argv):
               f"{median_cpu['before']:.3f}, after {median_cpu['after']:.3f}, speed "
               f"{median_cpu['before'] / median_cpu['after']:.3f} ({int(outputs['after'][1])} "
               f"steps, identical outputs {identical})", flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
-    with open(FLAGS.output, "w") as stream:
-        json.dump({"before": FLAGS.before_name or FLAGS.before, "preset": FLAGS.preset,
-                   "cpus": os.cpu_count(), "intra_op_threads": FLAGS.intra_op_threads,
-                   "inter_op_threads": FLAGS.inter_op_threads,
-                   "load_average_end": os.getloadavg(),
-                   "results": results}, stream, indent=1)
+    common.write_json(FLAGS.output, {
+        "before": FLAGS.before_name or common.shown_path(FLAGS.before), "preset": FLAGS.preset,
+        "cpus": os.cpu_count(), "intra_op_threads": FLAGS.intra_op_threads,
+        "inter_op_threads": FLAGS.inter_op_threads, "load_average_end": os.getloadavg(),
+        "results": results})
 
 
 if __name__ == "__main__":

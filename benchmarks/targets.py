@@ -160,10 +160,21 @@ def _pass_spread(row) -> float:
     return (seconds["max"] - seconds["min"]) / seconds["median"]
 
 
+# A quiet machine repeats a row's share of its peak within a few percent from one run to the
+# next, however closely each run's own passes agree: a smaller change is not a difference.
+REPEAT_TOLERANCE = 0.05
+# Passes further apart than this mean the machine was disturbed during the row; its median then
+# cannot tell "the same" from "different", whatever the change.
+REPEAT_MAX_SPREAD = 0.20
+
+
 def repeat_comparison(earlier, rows):
     """Each training row beside the same configuration of an ``earlier`` run's result: the
-    relative change of its share of its own precision's peak, and whether that is within noise,
-    i.e. no larger than the larger relative spread (max - min) / median of the two rows' passes."""
+    relative change of its share of its own precision's peak, and a verdict. "same" when the
+    change is within the noise band, the larger of REPEAT_TOLERANCE and the larger relative
+    spread (max - min) / median of the two rows' passes; "different" when beyond it; "too noisy"
+    when that spread exceeds REPEAT_MAX_SPREAD, which settles nothing. Only "same" counts as a
+    repeat (``same``)."""
     def key(row):
         return row["preset"], row["precision"], row["xla"], bool(row.get("main_job"))
 
@@ -174,10 +185,13 @@ def repeat_comparison(earlier, rows):
         if old is not None:
             change = own_peak_fraction(row) / own_peak_fraction(old) - 1.0
             noise = max(_pass_spread(row), _pass_spread(old))
+            verdict = ("too noisy" if noise > REPEAT_MAX_SPREAD
+                       else "same" if abs(change) <= max(REPEAT_TOLERANCE, noise) else "different")
             compared.append({"preset": row["preset"], "precision": row["precision"],
                              "xla": row["xla"], "earlier": own_peak_fraction(old),
                              "now": own_peak_fraction(row), "change": change, "noise": noise,
-                             "same": abs(change) <= noise})
+                             "band": max(REPEAT_TOLERANCE, noise), "verdict": verdict,
+                             "same": verdict == "same"})
     return compared
 
 
@@ -187,21 +201,26 @@ def comparison_markdown(comparison) -> str:
         "% of own peak, earlier": f"{100 * c['earlier']:.1f}%",
         "% of own peak, now": f"{100 * c['now']:.1f}%",
         "change": f"{100 * c['change']:+.1f}%",
-        "noise (largest pass spread)": f"{100 * c['noise']:.1f}%",
-        "same within noise": "yes" if c["same"] else "**no**"} for c in comparison["rows"]],
+        "largest pass spread": f"{100 * c['noise']:.1f}%",
+        "noise band": f"±{100 * c['band']:.1f}%",
+        "verdict": c["verdict"] if c["same"] else f"**{c['verdict']}**"}
+        for c in comparison["rows"]],
         ["configuration", "% of own peak, earlier", "% of own peak, now", "change",
-         "noise (largest pass spread)", "same within noise"])
+         "largest pass spread", "noise band", "verdict"])
 
 
 def repeat_target(repeat):
     """The targets row of a repeated training run (``training_throughput --compare``): how many
-    rows repeat within noise, each change, and how large the noise was (a wide spread means a
-    busy machine, under which "the same" says little)."""
+    rows repeat within noise, each change, and how many were too noisy to judge (a busy
+    machine), which count as not repeated."""
     rows = repeat["comparison"]["rows"]
     same = sum(c["same"] for c in rows)
     changes = ", ".join(f"{100 * c['change']:+.0f}%" for c in rows)
     noise = max((c["noise"] for c in rows), default=0.0)
+    noisy = sum(c["verdict"] == "too noisy" for c in rows)
     return _target("training: a second run reads the same ratios within noise",
                    f"{same}/{len(rows)} rows", "all rows", rows and same == len(rows),
                    f"{repeat['machine']['date']} beside {repeat['comparison']['earlier_date']}; "
-                   f"changes {changes}; pass spreads up to {100 * noise:.0f}%")
+                   f"changes {changes}; pass spreads up to {100 * noise:.0f}%"
+                   + (f"; {noisy} too noisy to judge (passes more than "
+                      f"{100 * REPEAT_MAX_SPREAD:.0f}% apart)" if noisy else ""))

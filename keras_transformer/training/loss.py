@@ -45,15 +45,11 @@ def loss_and_accuracy(labels, logits, label_smoothing: float = 0.1, pad_id: int 
 def loss_accuracy_and_nll(labels, logits, label_smoothing: float = 0.1, pad_id: int = 0):
     """``loss_and_accuracy`` and, fourth, the summed negative log-likelihood of the labels
     (the unsmoothed cross-entropy, ``logsumexp(z) - z_y``), from the same pass."""
-    return _sums(labels, logits, float(label_smoothing), int(pad_id))
+    with tf.name_scope("label_smoothed_loss"):  # a label for profiles (benchmarks.profile_step)
+        return _sums(labels, logits, float(label_smoothing), int(pad_id))
 
 
 def _sums(labels, logits, label_smoothing, pad_id):
-    with tf.name_scope("label_smoothed_loss"):  # a label for profiles (benchmarks.profile_step)
-        return _sums_in_scope(labels, logits, label_smoothing, pad_id)
-
-
-def _sums_in_scope(labels, logits, label_smoothing, pad_id):
     logits = tf.cast(logits, tf.float32)
     labels = tf.cast(labels, tf.int32)
     num_classes = logits.shape[-1]
