@@ -117,6 +117,7 @@ def report(results, output_dir):
                       f"Measured {repeat['machine']['date']}, load average "
                       f"{repeat['machine']['load_average'][0]} at the start: `python -m "
                       "benchmarks.training_throughput --xla=off --main_job=false --before= "
+                      f"--batches={repeat['data']['batches']} --runs={repeat['runs']} "
                       f"--compare={repeat['comparison']['earlier']}`.", "",
                       comparison_markdown(repeat["comparison"]), ""]
     text = "\n".join(lines)

@@ -146,7 +146,7 @@ def layer_matmul_shapes(config, source_rows, target_rows):
             + [(target_rows, d, config.output_vocab_size)])
 
 
-def matmul_seconds(shapes, dtype, repeats=3):
+def matmul_seconds(shapes, dtype, repeats=5):
     """The best time over ``repeats`` of the products ``shapes`` need in a training step, alone:
     each forward product and its two backward ones (input gradient, weight gradient), with
     TensorFlow's kernels (oneDNN) on random operands. With the step's time it splits the step

@@ -75,3 +75,45 @@ def test_a_failing_evaluation_is_reported_and_training_goes_on(translator, tmp_p
     assert "dev BLEU failed at step 1000 (training goes on): ValueError: Tensor conversion" in (
         caplog.text)
     assert "second line" not in caplog.text
+
+
+def test_a_sigterm_while_the_best_is_written_leaves_the_weights_and_their_record_together(
+        tmp_path, monkeypatch):
+    """best/ckpt and best/best.json are moved in by one signal-deferred region: a SIGTERM that
+    arrives as the checkpoint lands still finds best.json naming that checkpoint's step."""
+    import signal
+
+    from keras_transformer import signals
+
+    # Its own translator: the module's may have lost its tokenizer resource when an earlier test
+    # dropped another translator built from the same vocabulary.
+    translator = small_translator(beam_size=2)
+    references = [t.decode() for t in
+                  translator.translate_text(tf.constant(SENTENCES))["translations"].numpy()]
+    callback = DevBleu(translator.tokenizer, SENTENCES, references, translator.decoding, keep_best=True)
+    callback.trainer = fake_trainer(translator, str(tmp_path))
+    rename = tf.io.gfile.rename
+
+    def rename_then_sigterm(source, target, overwrite=False):
+        rename(source, target, overwrite=overwrite)
+        if target.endswith(".index"):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = {signum: signal.getsignal(signum) for signum in signals.HANDLED}
+    signals.install()
+    try:
+        monkeypatch.setattr(tf.io.gfile, "rename", rename_then_sigterm)
+        with pytest.raises(signals.Interrupted):
+            callback.on_dev(10, {})
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        signals.reset()
+    with open(tmp_path / "best" / "best.json") as f:
+        assert json.load(f)["step"] == 10
+    restored = small_translator(beam_size=2).model
+    restore_model(restored, os.path.join(str(tmp_path), BEST_PREFIX))
+    for variable, expected in zip(restored.variables, translator.model.variables):
+        np.testing.assert_array_equal(variable.numpy(), expected.numpy())
+    assert sorted(os.listdir(tmp_path / "best")) == ["best.json", "ckpt.data-00000-of-00001",
+                                                     "ckpt.index"]

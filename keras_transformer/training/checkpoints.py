@@ -10,7 +10,7 @@ checkpoint as the latest one.
 import os
 import shutil
 import time
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -124,21 +124,31 @@ def average_checkpoints(model, paths: Sequence[str]) -> None:
             variable.assign((total / len(paths)).astype(variable.dtype))
 
 
-def write_model_checkpoint(model, prefix: str) -> str:
+def write_model_checkpoint(model, prefix: str, record: Optional[Tuple[str, str]] = None) -> str:
     """Writes ``model``'s variables alone to the checkpoint ``prefix``, whole or not at all.
 
     The files are written to a temporary folder beside it, then moved in with signals deferred:
     the old ``.index`` goes first and the new one comes last, so at every moment ``prefix`` is the
     old checkpoint, no loadable checkpoint, or the new one. Loads with ``restore_model``.
+
+    ``record``: ``(path, text)`` of a file in the same folder that describes the checkpoint (the
+    best dev BLEU's ``best.json``); it is staged with the checkpoint and moved in right after it,
+    in the same signal-deferred region, so a SIGTERM never leaves one without the other.
     """
     directory = os.path.dirname(os.path.abspath(prefix))
     with writing.temporary_folder(directory, prefix) as staging:
         written = model_checkpoint(model).write(os.path.join(staging, "ckpt"))
+        if record is not None:
+            staged_record = os.path.join(staging, "record")
+            with tf.io.gfile.GFile(staged_record, "w") as stream:
+                stream.write(record[1])
         with signals.deferred():
             if tf.io.gfile.exists(prefix + ".index"):
                 tf.io.gfile.remove(prefix + ".index")
             for name in sorted(tf.io.gfile.glob(written + "*"), key=lambda n: n.endswith(".index")):
                 tf.io.gfile.rename(name, prefix + name[len(written):], overwrite=True)
+            if record is not None:
+                tf.io.gfile.rename(staged_record, record[0], overwrite=True)
     return prefix
 
 

@@ -15,7 +15,6 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
-from keras_transformer import writing
 from keras_transformer.evaluation import sacrebleu_score
 from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
 from keras_transformer.runs import BEST_PREFIX, BEST_RECORD
@@ -64,6 +63,7 @@ class DevBleu(Callback):
         if self.keep_best and self.trainer.chief and (self.best is None or bleu.score > self.best):
             self.best = bleu.score
             directory = self.trainer.config.model_dir
-            write_model_checkpoint(self.trainer.model, os.path.join(directory, BEST_PREFIX))
-            writing.write_file(os.path.join(directory, BEST_RECORD), json.dumps(
-                {"step": step, "bleu": bleu.score, "signature": bleu.signature}))
+            write_model_checkpoint(self.trainer.model, os.path.join(directory, BEST_PREFIX),
+                                   record=(os.path.join(directory, BEST_RECORD), json.dumps(
+                                       {"step": step, "bleu": bleu.score,
+                                        "signature": bleu.signature})))
