@@ -85,8 +85,8 @@ def test_a_sigterm_while_the_best_is_written_leaves_the_weights_and_their_record
 
     from keras_transformer import signals
 
-    # Its own translator: the module's may have lost its tokenizer resource when an earlier test
-    # dropped another translator built from the same vocabulary.
+    # Its own translator: building one seeds TensorFlow, and tf.random.set_seed deletes the
+    # SentencePiece resources of tokenizers built before (the module's, after the first test).
     translator = small_translator(beam_size=2)
     references = [t.decode() for t in
                   translator.translate_text(tf.constant(SENTENCES))["translations"].numpy()]
@@ -99,7 +99,10 @@ def test_a_sigterm_while_the_best_is_written_leaves_the_weights_and_their_record
         if target.endswith(".index"):
             os.kill(os.getpid(), signal.SIGTERM)
 
+    # As a program would (signals.install), undone afterwards: handlers, and the flag that tells
+    # later library calls (Trainer.fit) that a program has installed them.
     previous = {signum: signal.getsignal(signum) for signum in signals.HANDLED}
+    monkeypatch.setattr(signals, "_installed", signals._installed)
     signals.install()
     try:
         monkeypatch.setattr(tf.io.gfile, "rename", rename_then_sigterm)
