@@ -126,7 +126,8 @@ def load_model_and_sentences():
         translator = runs.load_translator(FLAGS.model_dir, FLAGS.checkpoint)
         data_config = runs.data_config(runs.read_config(FLAGS.model_dir))
         model, tokenizer = translator.model, translator.tokenizer
-        described = f"trained model {common.shown_path(FLAGS.model_dir)} ({FLAGS.checkpoint or 'latest checkpoint'})"
+        described = (f"trained model {common.shown_path(FLAGS.model_dir)} "
+                     f"({FLAGS.checkpoint or 'latest checkpoint'})")
     else:
         data_dir = FLAGS.data_dir or ("data" if os.path.isdir("data") else
                                       os.path.join("runs", "benchmarks", "data"))

@@ -304,7 +304,8 @@ def main(argv):
     if FLAGS.compare:
         with open(FLAGS.compare) as stream:
             earlier = json.load(stream)
-        result["comparison"] = {"earlier": common.shown_path(FLAGS.compare), "earlier_date": earlier["machine"]["date"],
+        result["comparison"] = {"earlier": common.shown_path(FLAGS.compare),
+                                "earlier_date": earlier["machine"]["date"],
                                 "rows": targets.repeat_comparison(earlier, rows)}
         print(f"\nBeside {FLAGS.compare} ({earlier['machine']['date']}):\n\n"
               + targets.comparison_markdown(result["comparison"]))
