@@ -96,6 +96,12 @@ def peak_error(row) -> bool:
     return row[key] > 1.0
 
 
+def matmul_timing_disturbed(row) -> bool:
+    """A row whose matmuls, timed alone, took longer than its whole step: part of a step cannot,
+    so the machine was busy during that timing and it says nothing."""
+    return row.get("matmul_share_of_step", 0.0) > 1.0
+
+
 def peak_line(result) -> str:
     """The report's sentence on the peaks: the best sample and the spread of all of them."""
     peaks, spread = result["matmul_peak_flops"], result.get("matmul_peak_spread")

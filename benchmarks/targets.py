@@ -91,7 +91,7 @@ def _outside_matmuls(row) -> str:
     share = row.get("matmul_share_of_step")
     if share is None:
         return ""
-    if share > 1:  # part of the step cannot take longer than the step: a busy moment
+    if common.matmul_timing_disturbed(row):
         return (f"the step's matmuls timed alone took {100 * share:.0f}% of the step, a disturbed "
                 "measurement that says nothing; ")
     return (f"the step's matmuls alone take {100 * share:.0f}% of its time, the other "
@@ -189,12 +189,13 @@ def repeat_comparison(earlier, rows):
         if old is not None:
             change = own_peak_fraction(row) / own_peak_fraction(old) - 1.0
             noise = max(_pass_spread(row), _pass_spread(old))
+            band = max(REPEAT_TOLERANCE, noise)
             verdict = ("too noisy" if noise > REPEAT_MAX_SPREAD
-                       else "same" if abs(change) <= max(REPEAT_TOLERANCE, noise) else "different")
+                       else "same" if abs(change) <= band else "different")
             compared.append({"preset": row["preset"], "precision": row["precision"],
                              "xla": row["xla"], "earlier": own_peak_fraction(old),
                              "now": own_peak_fraction(row), "change": change, "noise": noise,
-                             "band": max(REPEAT_TOLERANCE, noise), "verdict": verdict,
+                             "band": band, "verdict": verdict,
                              "same": verdict == "same"})
     return compared
 

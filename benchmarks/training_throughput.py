@@ -182,7 +182,7 @@ def table_row(row, peaks):
         "model GFLOP/s": f"{row['model_flops_per_second'] / 1e9:,.1f}",
         "matmuls alone: share of the step": (
             f"{100 * row['matmul_share_of_step']:.0f}%"
-            + (" (disturbed)" if row["matmul_share_of_step"] > 1 else "")
+            + (" (disturbed)" if common.matmul_timing_disturbed(row) else "")
             if "matmul_share_of_step" in row else ""),
         "% of fp32 peak": f"{100 * fp32:.0f}%" + (error if row["precision"] == "float32" else ""),
         "% of bf16 peak": f"{100 * bf16:.0f}%{error}" if row["precision"] == "bfloat16" else "",
