@@ -38,6 +38,7 @@ so a notebook can import them. Needs matplotlib (``pip install -e '.[notebooks]'
 import json
 import os
 import sys
+import textwrap
 
 from absl import app, flags
 
@@ -573,8 +574,6 @@ def _attention_record(options):
 
 
 def _attention_title(record, *more):
-    import textwrap
-
     title = (f"Encoder self-attention, layer {record['layer']} of {record['num_layers']}, of the "
              f"trained run {os.path.basename(record['run'])} (preset {record.get('preset')}, "
              f"{record.get('checkpoint')} weights, computed {record.get('date')}) on the sentence "
@@ -760,11 +759,13 @@ def decode_time_figure(options):
     per_sentence.set(ylabel="ms per sentence (median; bars: min-max)",
                      title="Decode time per sentence")
     per_step.set(ylabel="ms per decoder step (the whole batch)", title="Time per decoder step")
+    # The model line names a run folder and thread settings: wrapped, so that the figure's width
+    # never cuts it.
+    subtitle = textwrap.fill(f"{result.get('model', 'model not recorded')}; "
+                             f"{_machine_text(result.get('machine'))}; median of "
+                             f"{result.get('runs', '?')} runs; no XLA", width=150)
     figure.suptitle("Decode time against output length, with and without the key/value cache "
-                    "(python -m benchmarks.decoding)\n"
-                    f"{result.get('model', 'model not recorded')}\n"
-                    f"{_machine_text(result.get('machine'))}; median of {result.get('runs', '?')} "
-                    "runs; no XLA", fontsize=8)
+                    f"(python -m benchmarks.decoding)\n{subtitle}", fontsize=8)
     figure.tight_layout()
     output = os.path.join(options["output_dir"], FIGURES["decode_time"][0])
     _save(figure, output, options["dpi"])
@@ -785,6 +786,24 @@ def throughput_fractions(result, rows, path):
         out.append((preset, precision, bool(row.get("xla", False)), 100 * flops / peaks[precision],
                     row.get("tokens_per_second")))
     return out
+
+
+def _batches_text(data, rows):
+    """What each preset's batches were: the shared batches of ``data``, or a row's own dataset and
+    token budget (the main job's row trains on its own corpus)."""
+    shared = [r["preset"] for r in rows if not r.get("dataset")]
+    own = {}
+    for row in rows:
+        if row.get("dataset"):
+            own.setdefault((row["dataset"], row.get("token_budget", 0)), []).append(row["preset"])
+    parts = []
+    if shared and data:
+        parts.append(f"{', '.join(dict.fromkeys(shared))}: {data.get('dataset')} batches, "
+                     f"{data.get('token_budget', 0):,} tokens per side")
+    for (dataset, budget), presets in own.items():
+        parts.append(f"{', '.join(dict.fromkeys(presets))}: {dataset} batches, {budget:,} "
+                     "tokens per side")
+    return parts or ["batches not recorded"]
 
 
 def training_throughput_figure(options):
@@ -821,8 +840,8 @@ def training_throughput_figure(options):
     ax.set_title(
         f"{_machine_text(result.get('machine'))}; matmul peak ({result.get('matmul_size', '?')}^3): "
         + ", ".join(f"{p} {v / 1e9:,.0f} GFLOP/s" for p, v in peaks.items())
-        + (f"\n{data.get('dataset')} batches, {data.get('token_budget', 0):,} tokens per side; "
-           "model FLOPs count real tokens only; tok/s: source + target tokens" if data else ""),
+        + "\n" + "; ".join(_batches_text(data, rows))
+        + "\nmodel FLOPs count real tokens only; tok/s: source + target tokens",
         fontsize=7.5)
     figure.tight_layout()
     output = os.path.join(options["output_dir"], FIGURES["training_throughput"][0])
@@ -875,4 +894,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
+
+    app.run(main, flags_parser=parse_flags)

@@ -316,4 +316,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
+
+    app.run(main, flags_parser=parse_flags)

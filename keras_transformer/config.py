@@ -17,8 +17,8 @@ PRESETS = {
     # 3+3 layers at d_model 256: what 2 CPU cores train to a useful BLEU in minutes.
     "small": dict(num_layers=3, d_model=256, d_ff=1024, num_heads=4, dropout_rate=0.1),
     # The main job's size: in 20 minutes on 2 CPU cores training is bound by compute, and this
-    # narrower model makes enough updates to learn more per minute than "small" (see the
-    # main-job recipe table in the README).
+    # narrower model makes more updates than "small" (chosen from single runs of earlier probes,
+    # not a sweep: see "The recipe and why" in docs/results.md).
     "mini": dict(num_layers=3, d_model=128, d_ff=512, num_heads=4, dropout_rate=0.1),
     # For tests: big enough to have every structure (2 layers, several heads), fast to build.
     "tiny": dict(num_layers=2, d_model=32, d_ff=64, num_heads=4, dropout_rate=0.0, max_length=64),

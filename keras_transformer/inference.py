@@ -85,10 +85,15 @@ class Translator(tf.Module):
         return ids, truncated, pieces.row_lengths() == 0
 
     def translate_ids(self, source_ids, n_best=None):
-        """int32 [batch, length] (subwords + EOS, 0-padded) -> n-best ``{"ids": [batch, beam, L],
-        "scores": [batch, beam], "lengths": [batch, beam]}`` sorted best first. ``n_best=1``: only
-        the best is needed (the search stops sooner; the other entries may be incomplete)."""
-        source_ids = tf.cast(source_ids, tf.int32)
+        """int32 [batch, length], each row subwords then EOS (as ``source_ids`` makes them) ->
+        n-best ``{"ids": [batch, beam, L], "scores": [batch, beam], "lengths": [batch, beam]}``
+        sorted best first. Whatever follows a row's first EOS is padding, whichever ids it holds;
+        a row without EOS is its non-PAD ids. ``n_best=1``: only the best is needed (the search
+        stops sooner; the other entries may be incomplete)."""
+        # TF Serving's batcher pads a request's ids with the request's own first id, not PAD, so
+        # only the EOS tells where a sentence ends.
+        source_ids = padded_after_end(tf.cast(source_ids, tf.int32), self.tokenizer.end_id,
+                                      self.model.config.pad_id)
         memory, memory_mask = self.model.encode(source_ids)
         source_lengths = tf.reduce_sum(tf.cast(source_ids != self.model.config.pad_id, tf.int32), axis=1)
         start = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.tokenizer.start_id, tf.int32))
@@ -151,6 +156,13 @@ class Translator(tf.Module):
     def nbest_function(self):
         """``translate_text_nbest`` as a ``tf.function`` over any batch of strings, traced once."""
         return tf.function(self.translate_text_nbest, input_signature=[TEXT_INPUT_SPEC])
+
+
+def padded_after_end(ids, end_id, pad_id):
+    """int32 [batch, length] -> the same ids with every one after a row's first ``end_id`` set to
+    ``pad_id``; a row without ``end_id`` is unchanged."""
+    after_end = tf.cumsum(tf.cast(ids == end_id, tf.int32), axis=1, exclusive=True) > 0
+    return tf.where(after_end, tf.constant(pad_id, ids.dtype), ids)
 
 
 def search_inputs(model, memory, memory_mask, max_decode_length=None, logits_bias=None):
@@ -255,7 +267,7 @@ def load_exported_nbest_fn(path: str):
     return (lambda batch: signature(inputs=batch)), path, beam_size
 
 
-def _exported_version_path(path: str) -> str:
+def exported_version_path(path: str) -> str:
     """``path`` if it holds a ``saved_model.pb``, else its highest numeric version folder that
     does; a ValueError naming the path if there is none."""
     if os.path.isfile(os.path.join(path, "saved_model.pb")):
@@ -272,7 +284,7 @@ def _exported_version_path(path: str) -> str:
 def _load_exported(path):
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops of the text signatures)
 
-    path = _exported_version_path(path)
+    path = exported_version_path(path)
     try:
         loaded = tf.saved_model.load(path)
         loaded.signatures[TEXT_SIGNATURE]  # a SavedModel not written by the export: KeyError

@@ -215,7 +215,8 @@ def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_c
     """A ``Translator`` for the training run in ``model_dir``: the model of its ``config.json``
     with the weights of ``checkpoint`` (see ``resolve_checkpoint``; by default the averaged, else
     the best, else the latest) and the run's subword vocabulary (see ``vocabulary_path``). Its
-    ``checkpoint`` attribute names the prefix restored. Inference runs in float32 whatever the
+    ``checkpoint`` attribute names the prefix restored, its ``data_config`` the run's corpus (see
+    ``data_config``), which its exports record. Inference runs in float32 whatever the
     training precision (the variables are float32 either way). Every missing file is a ValueError
     naming it."""
     import tensorflow as tf
@@ -237,4 +238,5 @@ def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_c
                          f"{str(error).splitlines()[0][:300]}") from None
     translator = Translator(model, tokenizer, decoding_config or DecodingConfig())
     translator.checkpoint = path
+    translator.data_config = data_config(run)
     return translator

@@ -168,7 +168,6 @@ DECODE_CASES = [  # evaluate and translate
     (["--saved_model={base}/missing"], "--saved_model={base}/missing: no such folder"),
     (["--saved_model={empty_dir}"], "--saved_model={empty_dir}: holds no saved_model.pb"),
     (["--saved_model={export}", "--model_dir={run}"], "model_dir, saved_model"),
-    ([], "model_dir, saved_model"),
     (["--saved_model={export}", "--beam_size=3"], "--beam_size only apply with --model_dir"),
     (["--model_dir={run}", "--beam_size=0"], "--beam_size=0"),
     (["--model_dir={run}", "--alpha=-0.5"], "--alpha=-0.5"),
@@ -182,7 +181,10 @@ DECODE_CASES = [  # evaluate and translate
 # The checks are shared (trainers/checks.py, trainers/data_flags.py): the whole table runs on one
 # command of each kind, and a sample of it on the others, to show that each command calls them.
 COMMAND_CASES = (
-    [("wmt", args, message) for args, message in DATA_CASES + TRAINING_CASES]
+    # trainers.wmt has no default corpus and asks for one first: each case names one.
+    [("wmt", args if any(a.startswith("--dataset=") for a in args)
+      else ["--dataset=ding_de_en", *args], message)
+     for args, message in DATA_CASES + TRAINING_CASES]
     + [("quickstart", args, message) for args, message in DATA_CASES[:3] + TRAINING_CASES[:5]]
     + [("quickstart", ["--beam_size=0"], "--beam_size=0"),
        ("quickstart", ["--samples=0"], "--samples=0"),
@@ -195,7 +197,9 @@ COMMAND_CASES = (
         "--download applies to --dataset=wmt14"),
        ("prepare_data", ["stray"], "unexpected argument(s) 'stray'")]
     + [("translate", args, message) for args, message in RUN_CASES + DECODE_CASES]
-    + [("evaluate", args, message) for args, message in RUN_CASES[:2] + DECODE_CASES[:4]]
+    # translate with no model flag uses the main job's model (tests/test_shipped_model.py)
+    + [("evaluate", args, message) for args, message in RUN_CASES[:2] + DECODE_CASES[:3]
+       + [([], "model_dir, saved_model")]]
     + [("export", args, message) for args, message in RUN_CASES[:2] + RUN_CASES[6:8]]
     + [("evaluate", ["--model_dir={run}", "--split=validation"], "--split"),
        ("evaluate", ["--model_dir={run}", "--limit=0"], "--limit=0"),

@@ -27,5 +27,7 @@ def test_an_earlier_versions_checkpoint_gives_its_logits(name):
     fresh = np.asarray(model((saved["source"], saved["target"])))
     assert np.abs(fresh - saved["logits"]).max() > 1e-3  # the fresh weights differ: a real restore
     runs.restore_model(model, os.path.join(folder, "ckpt"))
+    # float32 rounding differs between CPU kinds (oneDNN picks other kernels on AMX than on AVX2)
+    # by about one unit in the last place; a wrong restore is off by far more than that.
     np.testing.assert_allclose(np.asarray(model((saved["source"], saved["target"]))), saved["logits"],
-                               atol=1e-6)
+                               atol=1e-5)

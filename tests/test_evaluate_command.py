@@ -1,13 +1,16 @@
 """Evaluation of a model that copies its input: the library path (translate -> score, with batching
 that reorders sentences by length) and ``python -m trainers.evaluate`` on an exported "model", both
-against a from-scratch corpus BLEU (Papineni et al. 2002) of the fixture."""
+against a from-scratch corpus BLEU (Papineni et al. 2002) of the fixture. And which test set the
+command scores when no data flag is given: the corpus the export or run records."""
 
+import json
 import os
 import re
 import subprocess
 import sys
 
 import pytest
+import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import evaluation
@@ -84,10 +87,10 @@ class CopyModel(tf.Module):
         return copy_translate(inputs)
 
 
-def run(*args):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, "-m", "trainers.evaluate", *args], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
+def run(*args, cwd=ROOT, module="trainers.evaluate"):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
+    result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     return result.returncode, result.stdout, result.stderr
 
 
@@ -133,3 +136,94 @@ def test_evaluate_floors_beside_the_model(exported_copy_model):
     assert rows["model"] == rows["copy the source"] == pytest.approx(EXPECTED_SACREBLEU, abs=0.005)
     assert rows["translation memory"] == pytest.approx(100.0)
     assert re.search(r"^verdict: .*below the translation memory", stdout, re.M)
+
+
+# --- which test set: the one the model was trained on, unless a data flag says otherwise ----------
+
+# Two sentence patterns a tiny model learns in a few hundred updates, so that its translations of
+# the test sentences (numbers it never saw) score neither 0 nor 100.
+TRAIN_PAIRS = [(f"the number {i} is small", f"die Zahl {i} ist klein") for i in range(40)] + [
+    (f"a red house number {i}", f"ein rotes Haus Nummer {i}") for i in range(40)]
+TEST_PAIRS = [(f"the number {i} is small", f"die Zahl {i} ist klein") for i in range(40, 44)] + [
+    (f"a red house number {i}", f"ein rotes Haus Nummer {i}") for i in range(40, 43)]
+OTHER_PAIRS = [(f"a red house number {i}", f"ein rotes Haus Nummer {i}") for i in range(50, 53)]
+
+
+def write_pairs(path, pairs):
+    path.write_text("".join(f"{s}\t{r}\n" for s, r in pairs), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def trained_on_files(tmp_path_factory):
+    """``trainers.wmt --dataset=files`` with paths relative to the folder it runs in, exporting at
+    the end, as a user does; evaluate then runs in the same folder."""
+    base = tmp_path_factory.mktemp("files_run")
+    write_pairs(base / "train.tsv", TRAIN_PAIRS)
+    write_pairs(base / "test.tsv", TEST_PAIRS)
+    write_pairs(base / "other.tsv", OTHER_PAIRS)
+    code, stdout, stderr = run(
+        "--dataset=files", "--train_data=train.tsv", "--test_data=test.tsv", "--preset=tiny",
+        "--vocab_size=320", "--max_length=24", "--token_budget=256", "--warmup_steps=40",
+        "--learning_rate_scale=0.3", "--train_steps=200", "--log_every_steps=100",
+        "--dev_every_steps=0", "--dev_bleu_sentences=0", "--average_last=1",
+        "--model_dir=runs/files", "--export_dir=saved_models", cwd=base, module="trainers.wmt")
+    assert code == 0, stderr[-3000:]
+    return base
+
+
+def scored(stdout, base, output):
+    """(the 'data:' line, the number of sentences, the printed sacreBLEU, the hypotheses)."""
+    data_line = re.search(r"^data: .*$", stdout, re.M)
+    count = re.search(r"^evaluate: .* on \S+ test \((\d+) sentences\)$", stdout, re.M)
+    sacre = re.search(r"^sacreBLEU = ([\d.]+) ", stdout, re.M)
+    assert data_line and count and sacre, stdout
+    hypotheses = (base / output).read_text(encoding="utf-8").splitlines()
+    return data_line.group(0), int(count.group(1)), float(sacre.group(1)), hypotheses
+
+
+def test_an_export_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_files):
+    base = trained_on_files
+    with open(base / "saved_models" / "files" / "1" / "assets" / "config.json") as stream:
+        recorded = json.load(stream)["data"]
+    with open(base / "runs" / "files" / "config.json") as stream:
+        assert recorded == json.load(stream)["data"]  # the run's own record, paths as given
+    code, stdout, stderr = run("--saved_model=saved_models/files", "--output=hyp.txt", cwd=base)
+    assert code == 0, stderr[-3000:]
+    data_line, count, bleu, hypotheses = scored(stdout, base, "hyp.txt")
+    assert data_line == "data: files test split test.tsv (from the export)"
+    assert count == len(hypotheses) == len(TEST_PAIRS)
+    expected = sacrebleu.corpus_bleu(hypotheses, [[r for _, r in TEST_PAIRS]]).score
+    assert 0 < expected < 100  # the model learned something, yet not everything
+    assert bleu == pytest.approx(expected, abs=0.005)
+
+
+def test_a_data_flag_wins_over_the_exports_record(trained_on_files):
+    base = trained_on_files
+    code, stdout, stderr = run("--saved_model=saved_models/files", "--dataset=files",
+                               "--test_data=other.tsv", "--output=other.hyp", cwd=base)
+    assert code == 0, stderr[-3000:]
+    data_line, count, bleu, hypotheses = scored(stdout, base, "other.hyp")
+    assert data_line == "data: files test split other.tsv (from the data flags)"
+    assert count == len(hypotheses) == len(OTHER_PAIRS)
+    expected = sacrebleu.corpus_bleu(hypotheses, [[r for _, r in OTHER_PAIRS]]).score
+    assert bleu == pytest.approx(expected, abs=0.005)
+
+
+def test_a_run_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_files):
+    base = trained_on_files
+    code, stdout, stderr = run("--model_dir=runs/files", "--output=run.hyp", cwd=base)
+    assert code == 0, stderr[-3000:]
+    data_line, count, _, hypotheses = scored(stdout, base, "run.hyp")
+    assert data_line == "data: files test split test.tsv (from the run)"
+    assert count == len(hypotheses) == len(TEST_PAIRS)
+
+
+def test_an_export_without_a_record_says_so_and_uses_the_flags_defaults(exported_copy_model,
+                                                                          tmp_path):
+    # Written by tf.saved_model.save, like an export from before exports recorded their corpus.
+    # Whether the default corpus is installed here or not, the first line says what is scored.
+    base, _ = exported_copy_model
+    _, stdout, stderr = run(f"--saved_model={base / 'copy'}", "--limit=2", cwd=tmp_path)
+    assert re.fullmatch(r"data: \w+ test split \(from the data flags' defaults: the export does "
+                        r"not record its corpus; pass --dataset to choose\)",
+                        stdout.splitlines()[0]), (stdout, stderr[-2000:])

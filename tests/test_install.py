@@ -17,7 +17,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Packages the project's lines may name besides itself: optional tools, installed by their names.
-THIRD_PARTY = {"ctranslate2", "sentencepiece", "tensorboard", "pip"}
+THIRD_PARTY = {"ctranslate2", "sentencepiece", "tensorboard", "pip", "build"}
 
 
 def shown_text():

@@ -12,7 +12,7 @@ import os
 
 from absl import app, flags
 
-from trainers import checks, console
+from . import checks, console
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model_dir", None, "The --model_dir of a training run (holds config.json).")

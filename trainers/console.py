@@ -24,8 +24,24 @@ def stderr_progress(total: int):
 SETUP_COMMAND = "bash trainers/setup.sh"
 
 
+def _main_module_name():
+    """``trainers.wmt`` for ``python -m trainers.wmt``, ``benchmarks`` for ``python -m benchmarks``;
+    None for a script path or ``python -c``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name.removesuffix(".__main__") if spec is not None else None
+
+
 def program_name() -> str:
+    module = _main_module_name()
+    if module is not None:
+        return module.rsplit(".", 1)[-1]
     return sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py")
+
+
+def help_command() -> str:
+    """The command that shows this program's own flags, e.g. ``python -m trainers.wmt --help``."""
+    module = _main_module_name()
+    return f"python -m {module} --help" if module else f"python {sys.argv[0]} --help"
 
 
 def error_exit(message, status: int = 1):
@@ -35,23 +51,54 @@ def error_exit(message, status: int = 1):
     sys.exit(status)
 
 
-def _parse_flags(argv):
-    """absl's parsing without its help dump: a bad flag value (out of range, not an enum value, a
-    failed validator or missing required flag) or a stray positional argument is one line, status 2."""
+def usage_error(message):
+    """A bad flag value or argument: one line pointing to the program's own ``--help``, status 2."""
+    error_exit(f"{message} (see {help_command()})", status=2)
+
+
+# The last sentence of a help text saying what a flag without a default stands for (e.g. the
+# vocabulary size of each corpus). A program that gives the flag a default drops it.
+UNSET_NOTE = " Unset: "
+
+
+def set_program_default(name, value, note=""):
+    """This program's own default for a shared flag. absl shows it as ``(default: ...)``; the
+    help's "Unset: ..." sentence, which would contradict it, is dropped, and ``note`` (what the
+    flag means in this program alone) is added."""
+    from absl import flags
+
+    flags.FLAGS.set_default(name, value)
+    flag = flags.FLAGS[name]
+    flag.help = " ".join(filter(None, [flag.help.split(UNSET_NOTE)[0], note]))
+
+
+def parse_flags(argv):
+    """absl's parsing (``app.run(main, flags_parser=parse_flags)``) with the project's ends:
+
+    - ``--help`` (``-?``, ``--helpshort``, ``--helpfull``, ``--helpxml``) prints the help and exits
+      with status 0 (absl's own exit status is 1);
+    - a bad flag value (not a number, out of range, not an enum value, a failed validator or a
+      missing required flag), an unknown flag or a stray positional argument: one line pointing
+      to the program's ``--help``, status 2, without absl's help dump."""
     from absl import flags
 
     try:
         rest = flags.FLAGS(argv)
     except flags.Error as error:
-        error_exit(f"{error} (--helpfull lists the flags)", status=2)
+        usage_error(error)
+    except SystemExit as done:
+        # absl's help flags end parsing with sys.exit(1) once the help is printed; nothing else
+        # in parsing exits. The help was asked for: a success.
+        if done.code == 1:
+            sys.stdout.flush()
+            sys.exit(0)
+        raise
     for name in flags.FLAGS:
         value = flags.FLAGS[name].value
         if isinstance(value, float) and not math.isfinite(value):
-            error_exit(f"flag --{name}={value}: must be a finite number (--helpfull lists the "
-                       "flags)", status=2)
+            usage_error(f"flag --{name}={value}: must be a finite number")
     if len(rest) > 1:
-        error_exit(f"unexpected argument(s) {' '.join(rest[1:])!r}: every option is a --flag "
-                   "(--helpfull lists them)", status=2)
+        usage_error(f"unexpected argument(s) {' '.join(rest[1:])!r}: every option is a --flag")
     return rest
 
 
@@ -134,4 +181,4 @@ def run(main):
                 error_exit(f"{type(error).__name__}: {_first_line(error)}")
             raise
 
-    app.run(guarded, flags_parser=_parse_flags)
+    app.run(guarded, flags_parser=parse_flags)

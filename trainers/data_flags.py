@@ -59,8 +59,9 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "bucket_multiple", None,
     "Round length-bucket boundaries to this multiple: 8 = few shapes for XLA, 1 = "
-    "tensor2tensor's exact x1.1 grid (less padding, about twice the shapes). Default: 8 with "
-    "--xla (each shape is compiled), else 1 (without XLA extra shapes cost nothing).",
+    "tensor2tensor's exact x1.1 grid (less padding, about twice the shapes). Unset: 8 where the "
+    "batches feed an XLA-compiled training step (each shape is compiled), else 1 (without XLA "
+    "extra shapes cost nothing).",
 )
 
 flags.DEFINE_float(
@@ -123,7 +124,7 @@ def check_paths(config: DataConfig, specs: dict, writes: bool) -> None:
     line) and the folders to write can be written: before any slow work."""
     from keras_transformer.data import files
 
-    from trainers import checks
+    from . import checks
 
     for name, spec in specs.items():
         for path in (spec.source,) if spec.is_tsv else (spec.source, spec.target):

@@ -7,6 +7,7 @@
 
 Prints
 
+    data: libreoffice_help_en_de test split (from the export)
     sacreBLEU = 12.34 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0)
     tokenized BLEU (Moses + compound split, the paper's) = 13.45 (...)
 
@@ -20,16 +21,21 @@ and with --floors the floors on the same sentences and a verdict:
 sacreBLEU is the comparable number; the tokenized compound-split BLEU is how the paper's Table 2
 numbers (27.3 / 28.4 EN-DE) were computed, and is usually higher: never compare one with the other.
 
-The test set comes from the data flags (``trainers/data_flags.py``). With --model_dir and no data
-flag given, the corpus the run was trained on (its config.json) is used, so
-``--model_dir=runs/x`` alone evaluates on that corpus' test split. Beam settings apply with
---model_dir (section 6.1 defaults: beam 4, alpha 0.6); a SavedModel has its own baked in.
+The test set is the corpus the model was trained on: a run records it in its config.json and an
+export in its assets/config.json, so ``--model_dir=runs/x`` or ``--saved_model=saved_models/x``
+alone scores that corpus' test split. Its paths are recorded as the training command was given
+them: relative ones are read from the folder evaluate runs in, so run it where training ran (or
+pass the data flags). Any data flag given (``trainers/data_flags.py``: --dataset, --test_data, ...)
+chooses the corpus instead; a run or export that records no corpus (an export written before
+exports recorded it) gets the data flags' defaults. The first line says which corpus and why.
+Beam settings apply with --model_dir (section 6.1 defaults: beam 4, alpha 0.6); a SavedModel has
+its own baked in.
 """
 
 from absl import app, flags
 
-from trainers import checks, console, data_flags, decoding_flags, run_flags, thread_flags
-from trainers.console import stderr_progress
+from . import checks, console, data_flags, decoding_flags, run_flags, thread_flags
+from .console import stderr_progress
 
 FLAGS = flags.FLAGS
 for _name in data_flags.CORPUS_FLAGS + ("vocab_path",):  # not the training-batch flags
@@ -53,24 +59,48 @@ flags.DEFINE_bool("floors", False,
 flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of the tokenized BLEU "
                     "(default: fr for wmt14_en_fr, else de).")
 
+# Where the corpus scored can come from besides the data flags: a record of it.
+RECORDS = ("the run", "the export")
+
+
 def test_data_config():
-    """The data flags, or (with --model_dir and none of them given) the run's own corpus."""
-    if FLAGS.model_dir and not any(FLAGS[name].present for name in data_flags.CORPUS_FLAGS):
+    """``(config, origin)``: the data flags if any is given (origin "the data flags"); else the
+    corpus that the run (--model_dir: its config.json) or the export (--saved_model: its
+    assets/config.json) records (origin one of ``RECORDS``); else, for a run or export that
+    records none, the data flags' defaults (origin says so)."""
+    if any(FLAGS[name].present for name in data_flags.CORPUS_FLAGS):
+        return data_flags.data_config(writes=False), "the data flags"
+    if FLAGS.model_dir:
         from keras_transformer import runs
 
-        recorded = runs.data_config(runs.read_config(FLAGS.model_dir))
-        if recorded is not None:  # else a run of another version: the flags decide
-            return recorded
-    return data_flags.data_config(writes=False)
+        recorded, origin = runs.data_config(runs.read_config(FLAGS.model_dir)), "the run"
+    else:
+        from keras_transformer.export.common import recorded_data_config
+
+        recorded, origin = recorded_data_config(FLAGS.saved_model), "the export"
+    if recorded is not None:
+        return recorded, origin
+    return data_flags.data_config(writes=False), (
+        f"the data flags' defaults: {origin} does not record its corpus; pass --dataset to choose")
 
 
-def read_pairs(config, split, limit):
+def describe_data(config, split, origin):
+    """One line naming the corpus and split scored, e.g. ``data: libreoffice_help_en_de test
+    split (from the export)``."""
+    spec = getattr(config, f"{split}_data")
+    return f"data: {config.dataset} {split} split{f' {spec}' if spec else ''} (from {origin})"
+
+
+def read_pairs(config, split, limit, origin):
     from keras_transformer import data
 
     try:
         sources, references = data.read_pairs(config, split, limit)
     except (ValueError, data.DataNotFoundError) as error:
-        raise ValueError(f"no {split} data: {error}") from None
+        hint = (f" ({origin} records this corpus with the paths its training command was given, "
+                "relative ones from the folder it ran in: run evaluate there, or name the data "
+                "with the data flags)") if origin in RECORDS else ""
+        raise ValueError(f"no {split} data: {error}{hint}") from None
     if not sources:
         raise ValueError(f"the {split} split of {config.dataset} is empty.")
     return sources, references
@@ -111,8 +141,9 @@ def write_lines(path, lines):
 def main(argv):
     check_flags()
     thread_flags.apply()
-    config = test_data_config()
-    sources, references = read_pairs(config, FLAGS.split, FLAGS.limit)
+    config, origin = test_data_config()
+    print(describe_data(config, FLAGS.split, origin), flush=True)
+    sources, references = read_pairs(config, FLAGS.split, FLAGS.limit, origin)
     translate_fn, source = load_translate_fn()
 
     from keras_transformer import evaluation
@@ -127,7 +158,7 @@ def main(argv):
     for line in result.lines():
         print(line)
     if FLAGS.floors:
-        train_sources, train_targets = read_pairs(config, "train", None)
+        train_sources, train_targets = read_pairs(config, "train", None, origin)
         floors = evaluation.floors(sources, references, list(zip(train_sources, train_targets)),
                                    lang)
         for line in evaluation.floor_lines(result, floors) + [evaluation.verdict(result, floors)]:

@@ -24,7 +24,7 @@ import sys
 
 from absl import app, flags
 
-from trainers import checks, console, decoding_flags, run_flags
+from . import checks, console, decoding_flags, run_flags
 
 flags.adopt_module_key_flags(decoding_flags)
 flags.adopt_module_key_flags(run_flags)

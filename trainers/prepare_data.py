@@ -13,9 +13,13 @@ than --max_length (dropped). Running it again reuses the prepared data and the v
 
 from absl import app, flags
 
-from trainers import console, data_flags
+from . import console, data_flags
 
-flags.adopt_module_key_flags(data_flags)  # --help lists the data flags: they are what it is about
+# --help lists the data flags (they are what it is about), but not BPE-dropout: it changes only
+# training batches, which this program does not make.
+for _flag in flags.FLAGS.get_key_flags_for_module(data_flags):
+    if _flag.name != "subword_sampling":
+        flags.declare_key_flag(_flag.name)
 flags.DEFINE_bool("overwrite_vocab", False, "Learn the vocabulary again even if the file exists.")
 flags.DEFINE_bool(
     "download", False, "WMT14 only: download and prepare it through TFDS (needs a network)."

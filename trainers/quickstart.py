@@ -39,7 +39,7 @@ import time
 
 from absl import flags
 
-from trainers import checks, console, data_flags, decoding_flags, wmt
+from . import checks, console, data_flags, decoding_flags, shipped, wmt
 
 FLAGS = flags.FLAGS
 # The trainer's own flags (model, recipe, data) are this program's too, with the defaults below: the
@@ -48,22 +48,25 @@ TRAINER_MODULES = (wmt, data_flags)
 for _module in TRAINER_MODULES + (decoding_flags,):
     flags.adopt_module_key_flags(_module)
 
-# The trainer's defaults are the paper's (base, 100k steps, ~25k-token batches). These suit 20
-# minutes on 2 CPU cores, chosen on the dev set by `python -m benchmarks.recipe` (see the README):
-# a narrow model (preset mini) makes enough updates in the budget to learn; small batches and a
-# short warm-up give more updates at a high learning rate; pre-LN leaves the initial plateau
-# within minutes where post-LN stalls. Only the checkpoints it averages are kept (unless
+# The trainer's defaults are the paper's (base, 100k steps, ~25k-token batches). These are for 20
+# minutes on 2 CPU cores. They rest on single runs of earlier probes, not on a sweep
+# (`python -m benchmarks.recipe` compares them on dev; its rows have not all been run, see
+# docs/results.md): a narrow model (preset mini) makes more updates in the budget; small batches
+# and a short warm-up give more updates at a high learning rate; in those probes post-LN stalled
+# for minutes on its initial plateau. Only the checkpoints it averages are kept (unless
 # --keep_checkpoints is given), and the best dev-BLEU one.
 QUICKSTART_DEFAULTS = dict(
     dataset="libreoffice_help_en_de", vocab_size=2000, token_budget=2048, max_length=64,
     preset="mini", dropout_rate=0.1, norm_first=True,
-    model_dir=os.path.join("runs", "quickstart"), export_dir="saved_models",
+    model_dir=shipped.MAIN_JOB_RUN, export_dir="saved_models",
     train_minutes=20.0, train_steps=0, warmup_steps=200, mixed_precision="auto",
     checkpoint_every_minutes=0.5, average_last=5, log_every_steps=50, dev_every_steps=500,
     keep_best_bleu=True,
 )
 for _name, _value in QUICKSTART_DEFAULTS.items():
-    FLAGS.set_default(_name, _value)
+    console.set_program_default(_name, _value)
+console.set_program_default("keep_checkpoints", QUICKSTART_DEFAULTS["average_last"],
+                            "Not given: as many as --average_last (at least 1).")
 flags.DEFINE_alias("work_dir", "model_dir")  # the name of earlier versions
 
 flags.DEFINE_enum("eval_split", "test", ["dev", "test"],
@@ -211,7 +214,7 @@ def stage_average(summary):
     paths = checkpoint_paths(os.path.abspath(FLAGS.model_dir))[-FLAGS.average_last:]
     if not summary.get("averaged_checkpoint"):
         try:
-            from trainers.average_checkpoints import average
+            from .average_checkpoints import average
 
             average(os.path.abspath(FLAGS.model_dir), len(paths))
         except ValueError as error:

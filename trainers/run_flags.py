@@ -26,7 +26,7 @@ def load_translator(decoding_config, vocab_path=None):
     alpha 0.6, extra length 50``."""
     from keras_transformer import runs
 
-    from trainers import decoding_flags
+    from . import decoding_flags
 
     checkpoint, why = FLAGS.checkpoint, f"--checkpoint={FLAGS.checkpoint}"
     if not checkpoint:  # chosen once, here, so that the line names the one loaded

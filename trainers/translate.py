@@ -1,10 +1,16 @@
 """Translates sentences with a trained model: from a training run's checkpoint or an exported SavedModel.
 
+    python -m trainers.translate --text="Opens the Customize dialog."   # the main job's model
     python -m trainers.translate --model_dir=runs/small          # interactive: type, Enter, read
     python -m trainers.translate --model_dir=runs/small --input=test.en --output=test.de
     python -m trainers.translate --model_dir=runs/small --checkpoint=best --text="Good morning."
     python -m trainers.translate --saved_model=saved_models/small < test.en > test.de
     python -m trainers.translate --saved_model=saved_models/small/3 --text="Hello." --n_best=4
+
+With neither --model_dir nor --saved_model the main job's model translates: its run
+(runs/quickstart, once ``python -m trainers.quickstart`` has trained it), else the model that comes
+with the project (``trainers/shipped.py``, saved_models/README.md), so that there is something to
+translate with before any training. stderr names the one used.
 
 The sentences come from --text, else --input, else stdin. With stdin a terminal the program is
 interactive: a prompt on stderr, each line translated as soon as it is entered, until Ctrl-D or
@@ -35,8 +41,8 @@ import sys
 
 from absl import app, flags
 
-from trainers import checks, console, decoding_flags, run_flags, thread_flags
-from trainers.console import stderr_progress
+from . import checks, console, decoding_flags, run_flags, thread_flags
+from .console import stderr_progress
 
 flags.adopt_module_key_flags(thread_flags)
 flags.adopt_module_key_flags(decoding_flags)
@@ -46,7 +52,7 @@ flags.DEFINE_string("saved_model", None,
                     "folder (its highest numeric version is used). Beam settings are baked in.")
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
-flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
+flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
 flags.DEFINE_string("input", None, "File of sentences, one per line (default: --text, else stdin; "
                     "a terminal on stdin makes the program interactive).")
 flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
@@ -75,9 +81,32 @@ def interactive():
             and sys.stdin.isatty())
 
 
+def choose_default_model():
+    """Neither --model_dir nor --saved_model: the main job's run when it has a checkpoint, else the
+    shipped model."""
+    from keras_transformer import runs
+
+    from . import shipped
+
+    main_job = shipped.MAIN_JOB_RUN
+    try:
+        runs.resolve_checkpoint(main_job)
+        FLAGS.model_dir = main_job
+        return
+    except (OSError, ValueError):
+        pass
+    FLAGS.saved_model = shipped.shipped_model_dir()
+    if FLAGS.saved_model is None:
+        raise app.UsageError("no --model_dir or --saved_model given, no trained main-job run in "
+                             f"{main_job} and no shipped model in this copy of the project: "
+                             "name a model (python -m trainers.translate --help).")
+
+
 def check_flags():
     """The run folder (and its checkpoint) or the SavedModel, the input and the output: before
     any work."""
+    if FLAGS.model_dir is None and FLAGS.saved_model is None:
+        choose_default_model()
     if FLAGS.saved_model is not None:
         given = [f"--{name}" for name in ("checkpoint", "vocab_path")
                  if FLAGS[name].present] + decoding_flags.given()

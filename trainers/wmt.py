@@ -1,12 +1,14 @@
 """Trains a Transformer with the paper's recipe (sections 5.1-5.4, 6.1).
 
     python -m trainers.wmt --dataset=wmt14_en_de                        # all GPUs of this machine
-    python -m trainers.wmt --dataset=libreoffice_help_en_de --preset=small --train_minutes=20
-    python -m trainers.wmt --dataset=ding_de_en --preset=small --num_cpu_devices=2 --train_minutes=20
+    python -m trainers.wmt --flagfile=trainers/cpu.flags --model_dir=runs/cpu    # 2 CPU cores, 20 minutes
     python -m trainers.wmt --dataset=wmt14_en_de --preset=big --xla --mixed_precision=bfloat16
     TF_CONFIG='{...}' python -m trainers.wmt --dataset=wmt14_en_de --strategy=multi_worker_mirrored
 
---strategy=auto (the default) mirrors over all GPUs when there are several; --dataset is required.
+--dataset is required (it has no default). The other defaults are the paper's recipe for GPUs;
+trainers/cpu.flags holds the main job's CPU recipe (docs/training.md) (the first lines of
+``python -m trainers.quickstart`` print it as a trainers.wmt command). --strategy=auto (the
+default) mirrors over all GPUs when there are several.
 
 Adam(0.9, 0.98, 1e-9) on the learning rate of Eq. (3), label smoothing 0.1, dropout per preset,
 token-budget batches (--token_budget per side summed over replicas; --accumulation_steps to
@@ -27,10 +29,12 @@ from absl import app, flags
 from keras_transformer.config import PRESETS
 from keras_transformer.data.config import WMT14_DATASETS
 from keras_transformer.training.strategy import PRECISIONS, STRATEGIES
-from trainers import checks, console, data_flags
+from . import checks, console, data_flags
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)  # --help lists the data flags too
+# No default corpus here (see require_dataset), and --help shows none.
+FLAGS.set_default("dataset", None)
 
 flags.DEFINE_enum("preset", "base", sorted(PRESETS),
                   "Model size: base/big are Table 3's; small (3+3 layers, d_model 256) and mini "
@@ -77,7 +81,7 @@ flags.DEFINE_enum("mixed_precision", "float32", PRECISIONS,
                   "units); bfloat16 is fast only on CPUs with AVX512-BF16/AMX. auto: bfloat16 on "
                   "such a CPU when there is no GPU, else float32.")
 flags.DEFINE_string("model_dir", None, "Checkpoints, TensorBoard logs, config.json and "
-                    "summary.json (default runs/<preset>). Existing checkpoints are resumed.")
+                    "summary.json; existing checkpoints are resumed. Unset: runs/<preset>.")
 flags.DEFINE_integer("train_steps", 100_000, "Optimizer updates in total (paper: 100k base, "
                      "300k big). 0: no step limit (then set --train_minutes).")
 flags.DEFINE_float("train_minutes", None, "Wall-clock budget of this run in minutes.")
@@ -86,9 +90,10 @@ flags.DEFINE_float("learning_rate_scale", 1.0, "Multiplies the learning rate of 
 flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per replica summed into one update.")
 flags.DEFINE_integer("checkpoint_every_steps", None, "Also checkpoint every N steps.")
 flags.DEFINE_float("checkpoint_every_minutes", 10.0, "Checkpoint every M minutes (paper: 10).")
-flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept in --model_dir.")
-flags.DEFINE_integer("average_last", None, "Average the last N checkpoints at the end "
-                     "(default: 20 for big, else 5, as section 6.1). 0: don't.")
+flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept in --model_dir (never fewer than "
+                     "--average_last).")
+flags.DEFINE_integer("average_last", None, "Average the last N checkpoints at the end; 0: don't. "
+                     "Unset: 20 for big, else 5, as section 6.1.")
 flags.DEFINE_integer("log_every_steps", 100, "Progress line and TensorBoard interval.")
 flags.DEFINE_integer("dev_every_steps", 1000, "Dev-set loss interval. 0: only at the end.")
 flags.DEFINE_integer("dev_bleu_sentences", 200,
@@ -211,19 +216,22 @@ def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
 
 
 # The paper's setup (base, 100k steps) needs the paper's data; the offline corpora are small.
-OFFLINE_HINT = ("for a first model on a CPU in 20 minutes, python -m trainers.quickstart (or "
-                "--preset=mini --train_minutes=20 here)")
+OFFLINE_HINT = ("for a first model on a CPU in 20 minutes, python -m trainers.quickstart (or its "
+                "recipe here: see docs/training.md)")
 
 
-def check_dataset_choice():
+def require_dataset():
     """No silent default corpus: the paper's recipe on a 14k-sentence dictionary would train for
-    days and overfit. One line asks for --dataset; base for 100k steps on an offline corpus is
-    said out loud."""
-    if not FLAGS["dataset"].present:
+    days and overfit. One line asks for --dataset, before anything else is checked."""
+    if FLAGS.dataset is None:
         raise app.UsageError(
             "which data? --dataset=wmt14_en_de (the paper's; TFDS must have downloaded it), "
             "libreoffice_help_en_de or ding_de_en (offline), or files with --train_data; "
             + OFFLINE_HINT + ".")
+
+
+def check_dataset_choice():
+    """Base for 100k steps on an offline corpus is said out loud."""
     offline = FLAGS.dataset not in WMT14_DATASETS
     if offline and FLAGS.preset in ("base", "big") and not FLAGS["train_steps"].present and (
             FLAGS.train_minutes is None):
@@ -233,6 +241,7 @@ def check_dataset_choice():
 
 
 def main(argv):
+    require_dataset()
     model_dir = FLAGS.model_dir or os.path.join("runs", FLAGS.preset)
     # Everything that can be checked is checked before the slow work, not after hours of it.
     checks.output_dir("model_dir", model_dir)

@@ -1,8 +1,10 @@
 """What every export format shares: staging (a version folder appears whole or not at all; the
 exports of one call appear together), version numbers, the run files that travel with an export
-(vocabulary, configuration), the decoding settings, and the refusal of non-finite weights."""
+(vocabulary, configuration: the model, the decoding settings and the corpus it was trained on), and
+the refusal of non-finite weights."""
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -61,6 +63,33 @@ def write_run_files(sources, tokenizer, settings, config_name=CONFIG_ASSET):
 def decoding_settings(translator):
     return {"beam_size": translator.decoding.beam_size, "alpha": translator.decoding.alpha,
             "extra_length": translator.decoding.extra_length}
+
+
+def export_settings(translator):
+    """The configuration an export of ``translator`` carries: its model config, its search
+    settings and, under ``"data"``, the corpus it was trained on in the form of the run's own
+    config.json (``runs.data_config`` reads either), so that the export can be scored on that
+    corpus' test split. Paths are recorded as the training command was given them: relative ones
+    resolve from the folder it ran in. ``"data"`` is None for a Translator not loaded from a run
+    folder (only ``runs.load_translator`` knows the run's corpus)."""
+    data = getattr(translator, "data_config", None)
+    return {"model": translator.model.config.to_dict(), "decoding": decoding_settings(translator),
+            "data": None if data is None else dataclasses.asdict(data)}
+
+
+def recorded_data_config(path):
+    """The ``DataConfig`` the SavedModel at ``path`` (a version folder, or a base folder: its
+    highest version) records in ``assets/config.json``, or None: an export written before exports
+    recorded their corpus, of a Translator built in memory, or not written by this project."""
+    from keras_transformer import runs
+    from keras_transformer.inference import exported_version_path
+
+    try:
+        with open(os.path.join(exported_version_path(path), "assets", CONFIG_ASSET)) as stream:
+            settings = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    return runs.data_config(settings) if isinstance(settings, dict) else None
 
 
 def next_version(model_base_path):

@@ -1,17 +1,21 @@
 """Export for serving: a SavedModel that TF Serving loads, written with ``keras.export.ExportArchive``.
 
 Layout (what ``tensorflow_model_server --model_base_path`` expects): ``<base>/<version>/`` with
-``saved_model.pb``, ``variables/`` and ``assets/`` (the subword vocabulary ``vocab.model`` and the
-model's ``config.json``). A version folder appears complete or not at all: it is written under a
-temporary name and renamed, so a server watching ``<base>`` never loads half an export; the text and
-the ids export of one version appear together or not at all, and never from NaN weights.
+``saved_model.pb``, ``variables/`` and ``assets/`` (the subword vocabulary ``vocab.model`` and
+``config.json``: the model config, the search settings and the corpus it was trained on). A version
+folder appears complete or not at all: it is written under a temporary name and renamed, so a server
+watching ``<base>`` never loads half an export; the text and the ids export of one version appear
+together or not at all, and never from NaN weights.
 
 Signatures (none needs XLA; TF Serving's CPU XLA is off by default):
 
 - ``serving_default``: ``inputs`` tf.string [batch] -> ``translations`` tf.string, ``scores`` float32,
   ``truncated`` bool (tokenisation inside the graph: a server needs the tf-text ops).
-- ``translate_ids``: ``source_ids`` int32 [batch, length] (subwords + EOS, 0-padded) -> ``ids`` int32
-  [batch, beam, max_len], ``scores`` and ``lengths`` [batch, beam]: core TensorFlow ops only.
+- ``translate_ids``: ``source_ids`` int32 [batch, length] (each row subwords then EOS) -> ``ids``
+  int32 [batch, beam, max_len], ``scores`` and ``lengths`` [batch, beam]: core TensorFlow ops only.
+  Whatever follows a row's first EOS is padding, whichever ids it holds: TF Serving's batcher
+  (``pad_variable_length_inputs``) pads with a request's first id, not PAD. A row without EOS is
+  its non-PAD ids.
 - ``translate_nbest`` (text export only): ``inputs`` tf.string [batch] -> the whole n-best list,
   ``translations`` tf.string and ``scores`` float32 [batch, beam] best first, ``truncated`` bool
   [batch] (``Translator.translate_text_nbest``).
@@ -30,7 +34,7 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_transformer.export.common import (check_finite, decoding_settings, next_version,
+from keras_transformer.export.common import (check_finite, export_settings, next_version,
                                              staged_export, write_run_files)
 from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, TEXT_INPUT_SPEC,
                                          TEXT_SIGNATURE)
@@ -63,9 +67,8 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
 
 
 def _write_saved_model(translator, output, sources, text_signature):
-    vocabulary_path, config_path = write_run_files(
-        sources, translator.tokenizer,
-        {"model": translator.model.config.to_dict(), "decoding": decoding_settings(translator)})
+    vocabulary_path, config_path = write_run_files(sources, translator.tokenizer,
+                                                   export_settings(translator))
     archive = keras.export.ExportArchive()
     # ExportArchive keeps only variables and resources; an Asset must hang off the saved root
     # to be copied into assets/ (reloaded: ``loaded.assets["vocabulary"].asset_path``).

@@ -1,0 +1,104 @@
+"""The model that comes with the project (saved_models/quickstart, trainers/shipped.py): small enough
+to ship, translates right after setup with no training, scores what its README says on the corpus
+the export records, and gives way to the user's own main-job run once there is one."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import keras
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.training import Trainer, TrainingConfig
+from trainers import shipped
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHIPPED = os.path.join(ROOT, "saved_models", shipped.SHIPPED_NAME)
+README = os.path.join(ROOT, "saved_models", "README.md")
+SENTENCE = "Opens the Customize dialog."
+MAX_BYTES = 10 * 1024 * 1024
+
+
+def run(module, *args, cwd):
+    """A program as a user runs it from ``cwd``, the project importable but not the working
+    directory (so no runs/ of the project's own is seen)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2",
+           "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", f"trainers.{module}", *args], cwd=cwd, env=env,
+                            capture_output=True, timeout=600)
+    return result.returncode, result.stdout.decode("utf-8"), result.stderr.decode("utf-8", "replace")
+
+
+def version_folder():
+    versions = [n for n in os.listdir(SHIPPED) if n.isdigit()]
+    assert versions, f"{SHIPPED} has no version folder"
+    return os.path.join(SHIPPED, max(versions, key=int))
+
+
+def test_shipped_model_is_small_and_described():
+    assert shipped.shipped_model_dir() == SHIPPED
+    path = version_folder()
+    size = sum(os.path.getsize(os.path.join(folder, name))
+               for folder, _, names in os.walk(path) for name in names)
+    assert size <= MAX_BYTES, f"{path}: {size / 2**20:.1f} MiB, more than the 10 MiB the project ships"
+    text = open(README).read()
+    # The README says how it was made and what it scores: the command that reproduces it, the
+    # version folder, and the floors beside its score.
+    assert "python -m trainers.quickstart" in text
+    assert f"saved_models/{shipped.SHIPPED_NAME}/{os.path.basename(path)}" in text
+    for floor in ("translation memory", "copy"):
+        assert floor in text
+
+
+def test_translate_without_a_model_flag_uses_the_shipped_model(tmp_path):
+    import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
+
+    code, out, err = run("translate", f"--text={SENTENCE}", cwd=str(tmp_path))
+    assert code == 0, err
+    assert f"saved_models/{shipped.SHIPPED_NAME}" in err  # stderr names the model it used
+    # The same translation as TensorFlow's own loader gives through the default signature.
+    signature = tf.saved_model.load(version_folder()).signatures["serving_default"]
+    expected = signature(inputs=tf.constant([SENTENCE]))["translations"][0].numpy().decode()
+    assert out == expected + "\n"
+    assert expected and expected != SENTENCE
+    assert not os.listdir(tmp_path), "translate wrote into the working directory"
+
+
+def test_evaluate_the_shipped_model_reproduces_its_readme(tmp_path):
+    """No data flag: the export's recorded corpus is scored, and the sacreBLEU equals the one
+    saved_models/README.md states for the test split."""
+    stated = re.search(r"test sacreBLEU\D*?(\d+\.\d\d)", open(README).read())
+    assert stated, "saved_models/README.md states no test sacreBLEU"
+    code, out, err = run("evaluate", f"--saved_model={SHIPPED}", cwd=ROOT)
+    if code != 0 and "corpus" in err.lower() and "setup.sh" in err:
+        pytest.skip(f"the LibreOffice help corpus is not installed: {err.strip()[-200:]}")
+    assert code == 0, err
+    assert "libreoffice_help_en_de" in out + err
+    found = re.search(r"sacreBLEU\s*=?\s*(\d+\.\d\d)", out)
+    assert found, out
+    assert found.group(1) == stated.group(1)
+
+
+def test_the_users_own_main_job_run_comes_first(tmp_path):
+    """Once ``python -m trainers.quickstart`` has trained runs/quickstart in the working
+    directory, translate uses it instead of the shipped model."""
+    keras.utils.set_random_seed(1)
+    text = [f"The dialog number {i} opens, and the window {i * 7} closes." for i in range(200)]
+    tokenizer = SubwordTokenizer.learn(text, vocab_size=296,
+                                       out_path=str(tmp_path / "vocab" / "tiny.model"))
+    config = kt.TransformerConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size, max_length=16)
+    model_dir = tmp_path / shipped.MAIN_JOB_RUN
+    trainer = Trainer(config, TrainingConfig(model_dir=str(model_dir), train_steps=1),
+                      run_info={"vocab_path": tokenizer.path})
+    trainer._write_run_config()
+    trainer.checkpointer.save(1)
+
+    code, out, err = run("translate", f"--text={SENTENCE}", cwd=str(tmp_path))
+    assert code == 0, err
+    assert shipped.MAIN_JOB_RUN in err and "saved_models" not in err
+    assert json.loads((model_dir / "config.json").read_text())  # the run itself is left as it was
