@@ -2,7 +2,8 @@
 
     model_dir/
       config.json          {"model": TransformerConfig, "training": TrainingConfig, "data": DataConfig,
-                            "vocab_path": ..., ...}: written when training starts
+                            "vocab_path": ..., "init_from": {...} (a fine-tuned run's source), ...}:
+                            written when training starts
       summary.json         what the last training run did (steps, stop reason, losses, checkpoints)
       vocab.model          the run's own copy of its subword vocabulary
       checkpoint, ckpt-N.* tf.train.CheckpointManager's checkpoints (model, optimizer, step)
@@ -26,6 +27,9 @@ SUMMARY_FILE = "summary.json"
 TRAIN_LOG = "train.log"
 REPORT_FILE = "report.json"
 HYPOTHESES_FILE = "{split}.hyp"
+# config.json's record of where a fine-tuned run's weights came from (training/init_from.py):
+# {"given", "run_dir", "checkpoint", "checkpoint_name", "unknown_piece_rate"}.
+INIT_FROM_KEY = "init_from"
 # A copy of the vocabulary inside the run folder, looked for first (a run that carries its own
 # vocabulary cannot lose it when data/ is cleaned or moved).
 VOCABULARY_FILE = "vocab.model"

@@ -192,6 +192,16 @@ COMMAND_CASES = (
        ("quickstart", ["--eval_limit=0"], "--eval_limit=0"),
        ("quickstart", ["stray"], "unexpected argument(s) 'stray'")]
     + [("quickstart", args, message) for args, message in TRAINING_CASES[16::3]]
+    # fine-tuning and early stopping (tests/test_init_from.py, tests/test_early_stopping.py)
+    + [("wmt", ["--dataset=ding_de_en", "--init_from={base}/missing"],
+        "--init_from={base}/missing: no such run folder or checkpoint"),
+       ("wmt", ["--dataset=ding_de_en", "--init_from={run}", "--preset=tiny", "--d_model=64"],
+        "--init_from={run}: its model ({run}/config.json) differs from this run's: d_model 32, "
+        "this run 64"),
+       ("wmt", ["--dataset=ding_de_en", "--early_stopping_patience=2",
+                "--early_stopping_metric=bleu", "--dev_bleu_sentences=0"],
+        "--early_stopping_metric=bleu needs dev BLEU"),
+       ("quickstart", ["--init_from={no_checkpoint}"], "--init_from={no_checkpoint}: no checkpoint")]
     + [("prepare_data", args, message) for args, message in DATA_CASES[:3] + DATA_CASES[12:]]
     + [("prepare_data", ["--download", "--dataset=ding_de_en", "--ding_file={file}"],
         "--download applies to --dataset=wmt14"),

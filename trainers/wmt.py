@@ -101,6 +101,27 @@ flags.DEFINE_integer("dev_bleu_sentences", 200,
                      "dev evaluation, shown and written to TensorBoard. 0: none.")
 flags.DEFINE_bool("keep_best_bleu", False,
                   "Also keep the weights of the best dev BLEU in MODEL_DIR/best/ckpt.")
+flags.DEFINE_string(
+    "init_from", None,
+    "Fine-tune: start this new run from the model weights of another run, RUN_DIR (its averaged, "
+    "else best, else latest checkpoint) or a checkpoint prefix (e.g. runs/x/ckpt-1000). Only the "
+    "weights: a fresh optimizer, step 0, the schedule of --warmup_steps and "
+    "--learning_rate_scale. It trains with the source run's vocabulary (a warning names its "
+    "unknown-piece rate on this training text), and the model flags must give the source's "
+    "architecture (dropouts and label smoothing may differ). Recorded in MODEL_DIR/config.json; "
+    "a run with checkpoints of its own resumes from them. Unset: random initialisation.")
+flags.DEFINE_integer(
+    "early_stopping_patience", 0,
+    "Stop after this many dev evaluations (every --dev_every_steps) in a row without an "
+    "improvement of --early_stopping_metric; the log and MODEL_DIR/summary.json say so "
+    "(stop_reason early_stopping). Works beside --train_steps and --train_minutes, whichever "
+    "comes first. 0: off.")
+flags.DEFINE_enum("early_stopping_metric", "loss", ["loss", "bleu"],
+                  "What early stopping watches: the dev loss (lower is better) or the dev BLEU "
+                  "(higher is better; needs --dev_bleu_sentences > 0).")
+flags.DEFINE_float("early_stopping_min_delta", 0.0,
+                   "An evaluation improves only if it beats the best so far by more than this "
+                   "(in loss or BLEU points).")
 flags.DEFINE_enum("resume_data", "skip", ["skip", "restart"],
                   "On resume, skip the batches already trained on (exact) or restart the input "
                   "pipeline (fast for long runs).")
@@ -118,7 +139,8 @@ for _name in ("dropout_rate", "attention_dropout", "relu_dropout", "label_smooth
                              f"--{_name} must be in [0, 1).")
 for _name in ("warmup_steps", "accumulation_steps", "keep_checkpoints", "log_every_steps"):
     flags.register_validator(_name, lambda v: v > 0, f"--{_name} must be positive.")
-for _name in ("num_cpu_devices", "train_steps", "dev_every_steps", "dev_bleu_sentences"):
+for _name in ("num_cpu_devices", "train_steps", "dev_every_steps", "dev_bleu_sentences",
+              "early_stopping_patience"):
     flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0.")
 for _name in ("checkpoint_every_steps", "average_last"):
     flags.register_validator(_name, lambda v: v is None or v >= 0, f"--{_name} must be >= 0.")
@@ -126,6 +148,8 @@ for _name in ("train_minutes", "checkpoint_every_minutes"):
     flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive.")
 flags.register_validator("learning_rate_scale", lambda v: v > 0,
                          "--learning_rate_scale must be positive.")
+flags.register_validator("early_stopping_min_delta", lambda v: 0.0 <= v < float("inf"),
+                         "--early_stopping_min_delta must be a number >= 0.")
 
 # Flags that override the preset's TransformerConfig fields (same names).
 MODEL_FLAGS = ("num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v", "dropout_rate",
@@ -151,7 +175,11 @@ def training_config(model_dir: str):
             checkpoint_every_minutes=FLAGS.checkpoint_every_minutes,
             keep_checkpoints=max(FLAGS.keep_checkpoints, average_last),
             average_last=average_last, log_every_steps=FLAGS.log_every_steps,
-            dev_every_steps=FLAGS.dev_every_steps or None, resume_data=FLAGS.resume_data)
+            dev_every_steps=FLAGS.dev_every_steps or None, resume_data=FLAGS.resume_data,
+            init_from=FLAGS.init_from or None,
+            early_stopping_patience=FLAGS.early_stopping_patience or None,
+            early_stopping_metric=FLAGS.early_stopping_metric,
+            early_stopping_min_delta=FLAGS.early_stopping_min_delta)
     except ValueError as error:
         if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
             raise app.UsageError("--train_steps=0 needs --train_minutes, or training never "
@@ -176,6 +204,34 @@ def check_model_flags():
     except ValueError as error:
         raise app.UsageError(
             f"--preset={FLAGS.preset} with overrides {model_overrides()}: {error}") from None
+
+
+def check_fine_tuning(model_dir: str):
+    """--init_from names a run whose model the flags give (unless ``model_dir`` resumes from
+    checkpoints of its own), and early stopping has the evaluations it watches: one line each,
+    before any slow work."""
+    if FLAGS.early_stopping_patience and not FLAGS.dev_every_steps:
+        raise app.UsageError(f"--early_stopping_patience={FLAGS.early_stopping_patience} needs "
+                             "--dev_every_steps > 0: the dev evaluations it counts.")
+    if (FLAGS.early_stopping_patience and FLAGS.early_stopping_metric == "bleu"
+            and not FLAGS.dev_bleu_sentences):
+        raise app.UsageError("--early_stopping_metric=bleu needs dev BLEU: "
+                             "--dev_bleu_sentences > 0.")
+    if not FLAGS.init_from:
+        return
+    import tensorflow as tf
+
+    if tf.io.gfile.isdir(model_dir) and tf.train.latest_checkpoint(model_dir):
+        return
+    import keras_transformer as kt
+    from keras_transformer.training import init_from
+
+    try:
+        source = init_from.resolve(FLAGS.init_from)
+        init_from.check_model(source, kt.TransformerConfig.from_preset(
+            FLAGS.preset, vocab_size=source.model_config.vocab_size, **model_overrides()))
+    except ValueError as error:
+        raise app.UsageError(f"--{error}") from None
 
 
 def make_strategy():
@@ -249,6 +305,7 @@ def main(argv):
         checks.output_dir("export_dir", FLAGS.export_dir)
     data = data_flags.data_config(xla=FLAGS.xla)
     check_model_flags()
+    check_fine_tuning(model_dir)
     config = training_config(model_dir)
     check_dataset_choice()
     strategy = make_strategy()

@@ -6,6 +6,7 @@ import importlib
 # its flags (their choices come from strategy.py's lists) does not start TensorFlow.
 _MODULES = {
     "callbacks": ("Callback", "ProgressLine", "TensorBoard"),
+    "early_stopping": ("EarlyStopping",),
     "checkpoints": ("Checkpointer", "average_checkpoints", "checkpoint_paths", "model_checkpoint",
                     "restore_model", "write_averaged_checkpoint"),
     "loss": ("LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy", "loss_accuracy_and_nll",

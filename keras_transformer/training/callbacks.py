@@ -6,7 +6,7 @@ averages (``loss``, ``accuracy``, ``learning_rate``, ``grad_norm``, ``step_secon
 ``target_tokens_per_second``, ``tokens_per_second``, ``padding_fraction``, ``elapsed_seconds``,
 ``remaining_seconds``), ``on_dev(step, logs)`` after each evaluation on the dev set (``loss``,
 ``nll``, ``perplexity``, ``accuracy``; see ``TrainStep.evaluate``), and ``on_end(summary)`` with
-the JSON summary. ``callback.trainer`` is the running ``Trainer`` (its ``model``, ``strategy``...).
+the JSON summary (``ProgressLine`` then says why training stopped). ``callback.trainer`` is the running ``Trainer`` (its ``model``, ``strategy``...).
 Callbacks run in list order and share the ``logs`` dict: a dev-BLEU callback placed before
 ``TensorBoard`` can add ``logs["bleu"]`` in ``on_dev`` and it is written with the dev loss. The
 library writes nothing itself: ``ProgressLine`` hands its lines to a ``write`` function the
@@ -110,6 +110,16 @@ class ProgressLine(Callback):
         self.write(timestamped(
             f"step {step} | dev loss {logs['loss']:.4f} | dev nll {logs['nll']:.4f} | "
             f"dev ppl {logs['perplexity']:.2f} | dev acc {logs['accuracy']:.3f}" + bleu))
+
+    def on_end(self, summary):
+        reason = summary.get("stop_reason")
+        if reason == "early_stopping" and summary.get("early_stopping"):
+            from keras_transformer.training.early_stopping import EarlyStopping
+
+            state = summary["early_stopping"]
+            stopper = EarlyStopping(state["patience"], state["metric"], state["min_delta"], state)
+            reason = f"{reason}: {stopper.describe()}"
+        self.write(timestamped(f"step {summary['steps']}: training stopped ({reason})"))
 
 
 class TensorBoard(Callback):

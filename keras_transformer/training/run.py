@@ -19,8 +19,14 @@ from absl import logging
 from keras_transformer import data, runs, writing
 from keras_transformer.config import TransformerConfig
 from keras_transformer.training.callbacks import ProgressLine, TensorBoard, timestamped
+from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.training import init_from
 from keras_transformer.training.strategy import describe, is_chief
 from keras_transformer.training.trainer import Trainer, TrainingConfig
+
+# Training sentence pairs on which a fine-tuned run measures how well the source's vocabulary
+# covers its text: enough for a rate, cheap to tokenize.
+COVERAGE_SAMPLE = 2000
 
 
 def train_run(data_config: data.DataConfig, training_config: TrainingConfig, preset: str = "base",
@@ -33,7 +39,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     ``model_dir/summary.json``). ``log`` receives the start line and the progress lines.
     Data errors are ValueErrors naming the file, flag or split."""
     strategy = strategy or tf.distribute.get_strategy()
-    tokenizer, _ = data.load_or_learn_tokenizer(data_config)
+    tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
     train_fn = data.make_distributed_dataset_fn(data_config, tokenizer, "train", training=True,
                                                 repeat=True)
     dev_fn = None
@@ -44,11 +50,21 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
         if "is not set" not in str(error):
             raise
         logging.warning("No dev data (%s): no dev loss.", error)
+    if training_config.early_stopping_patience and (
+            dev_fn is None or (training_config.early_stopping_metric == "bleu"
+                               and not dev_bleu_sentences)):
+        raise ValueError(
+            f"early_stopping_patience={training_config.early_stopping_patience} with "
+            f"early_stopping_metric={training_config.early_stopping_metric} needs "
+            + ("a dev set (dev_data)" if dev_fn is None else "dev BLEU (dev_bleu_sentences > 0)")
+            + " to evaluate on.")
 
     model_config = TransformerConfig.from_preset(preset, vocab_size=tokenizer.vocab_size,
                                                  **(model_overrides or {}))
     info = {"data": dataclasses.asdict(data_config), "vocab_path": tokenizer.path,
             "preset": preset, "dev_bleu_sentences": dev_bleu_sentences, **(run_info or {})}
+    if init_info:
+        info[runs.INIT_FROM_KEY] = init_info
     trainer = Trainer(model_config, training_config, strategy, run_info=info)
     model_dir = training_config.model_dir
     chief = is_chief(strategy)
@@ -68,8 +84,43 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     log(timestamped(
         f"preset={preset} ({trainer.model.count_params():,} parameters), "
         f"strategy={describe(strategy)}, xla={training_config.jit_compile}, precision={training_config.mixed_precision}, "
-        f"dataset={data_config.dataset}, vocabulary={tokenizer.vocab_size}, model_dir={model_dir}"))
+        f"dataset={data_config.dataset}, vocabulary={tokenizer.vocab_size}, model_dir={model_dir}"
+        + (f", init_from={trainer.init_source.checkpoint} (weights only: fresh optimizer, step 0; "
+           f"its vocabulary, {100 * init_info['unknown_piece_rate']:.2f}% unknown pieces in the "
+           "training text)" if trainer.init_source is not None else "")))
     if chief:
         log(timestamped(f"TensorBoard: tensorboard --logdir={model_dir} "
                         "(pip install -e '.[tensorboard]' in the project folder)"))
     return trainer.fit(train_fn, dev_fn, callbacks)
+
+
+def _vocabulary(data_config: data.DataConfig, training_config: TrainingConfig):
+    """``(tokenizer, data_config, init_info)``: the vocabulary the data config names (learned if
+    missing); for a fine-tuned run (``init_from``) the source run's, whatever the data flags would
+    choose, and ``init_info`` with its unknown-piece rate on the training text (a warning when
+    high); a resumed fine-tuned run its own copy."""
+    model_dir = training_config.model_dir
+    own = os.path.join(model_dir, runs.VOCABULARY_FILE)
+    if init_from.resumed_record(model_dir) and tf.io.gfile.exists(own):
+        tokenizer = SubwordTokenizer.load(own)
+        return tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), {}
+    if not training_config.init_from:
+        tokenizer, _ = data.load_or_learn_tokenizer(data_config)
+        return tokenizer, data_config, {}
+    source = init_from.resolve(training_config.init_from)
+    tokenizer = init_from.tokenizer_for(source, data_config.vocab_path)
+    if data_config.vocab_size not in (None, tokenizer.vocab_size):
+        logging.warning("vocab_size=%d is not used: the init_from run's vocabulary (%s, %d "
+                        "pieces) is.", data_config.vocab_size, source.vocab_path,
+                        tokenizer.vocab_size)
+    data_config = dataclasses.replace(data_config, vocab_path=tokenizer.path)
+    texts = [text for pair in zip(*data.read_pairs(data_config, "train", COVERAGE_SAMPLE))
+             for text in pair]
+    rate = init_from.unknown_piece_rate(tokenizer, texts)
+    if rate > init_from.UNKNOWN_PIECE_WARNING:
+        logging.warning(
+            "the init_from run's vocabulary (%s) covers this training text poorly: %.2f%% of its "
+            "subword pieces (first %d sentence pairs) are byte-fallback or unknown pieces (above "
+            "%g%%): characters the source never learned a piece for, spelled a byte at a time.",
+            source.vocab_path, 100 * rate, COVERAGE_SAMPLE, 100 * init_from.UNKNOWN_PIECE_WARNING)
+    return tokenizer, data_config, {"unknown_piece_rate": rate}

@@ -2,7 +2,8 @@
 
 ``Trainer(model_config, TrainingConfig(...), strategy).fit(train_dataset_fn, dev_dataset_fn)``
 builds the model and the paper's optimizer inside ``strategy.scope()``, resumes from the latest
-checkpoint in ``model_dir``, trains until ``train_steps`` or ``train_minutes`` or SIGTERM,
+checkpoint in ``model_dir`` (a new run: from another run's weights with ``init_from``), trains
+until ``train_steps`` or ``train_minutes`` or SIGTERM (or early stopping on the dev set),
 checkpoints every N steps and M minutes, evaluates on the dev set, optionally averages the
 last checkpoints, and returns (and writes) a JSON summary.
 
@@ -12,6 +13,7 @@ pipeline's contract); the trainer repeats the training set forever.
 """
 
 import dataclasses
+import json
 import math
 import os
 import time
@@ -25,6 +27,10 @@ from keras_transformer.runs import PRECISION_POLICIES, build_model
 from keras_transformer.training.callbacks import Callback
 from keras_transformer.training.checkpoints import (Checkpointer, checkpoint_paths,
                                                     write_averaged_checkpoint)
+from keras_transformer.training.early_stopping import METRICS, EarlyStopping
+from keras_transformer.training.init_from import check_model
+from keras_transformer.training.init_from import resolve as resolve_init_source
+from keras_transformer.training.init_from import restore as restore_init_source
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.step import TrainStep
 from keras_transformer.training.strategy import is_chief
@@ -46,6 +52,13 @@ class TrainingConfig:
     stops training; at least one is required. ``resume_data="skip"`` replays the input pipeline
     past the batches consumed before a restart (exact, but costs reading them again);
     ``"restart"`` starts the pipeline afresh (cheap, some batches are seen twice).
+
+    ``init_from``: a run folder or checkpoint prefix whose model weights a new run starts from
+    (fine-tuning, see ``training/init_from.py``); a run with checkpoints of its own resumes from
+    them instead. ``early_stopping_patience``: stop after this many dev evaluations (every
+    ``dev_every_steps``) without an improvement of the dev ``early_stopping_metric`` ("loss" or
+    "bleu", the latter needs a dev-BLEU callback) by more than ``early_stopping_min_delta``
+    (None: never).
     """
 
     model_dir: str
@@ -63,6 +76,10 @@ class TrainingConfig:
     log_every_steps: int = 100
     dev_every_steps: Optional[int] = None
     resume_data: str = "skip"
+    init_from: Optional[str] = None
+    early_stopping_patience: Optional[int] = None
+    early_stopping_metric: str = "loss"
+    early_stopping_min_delta: float = 0.0
 
     def __post_init__(self):
         def positive(name, integer=True, optional=False):
@@ -91,6 +108,18 @@ class TrainingConfig:
                              f"got {self.mixed_precision!r}.")
         if self.resume_data not in RESUME_DATA:
             raise ValueError(f"resume_data must be one of {RESUME_DATA}, got {self.resume_data!r}.")
+        if self.early_stopping_patience is not None:
+            # The same checks as the stopper's own, before anything is built.
+            EarlyStopping(self.early_stopping_patience, self.early_stopping_metric,
+                          self.early_stopping_min_delta)
+            if not self.dev_every_steps:
+                raise ValueError(f"early_stopping_patience={self.early_stopping_patience} needs "
+                                 "dev_every_steps: the dev evaluations it counts.")
+        elif self.early_stopping_metric not in METRICS:
+            raise ValueError(f"early_stopping_metric must be one of {sorted(METRICS)}, got "
+                             f"{self.early_stopping_metric!r}.")
+        if self.init_from is not None and not self.init_from:
+            raise ValueError("init_from='': name a run folder or a checkpoint prefix, or None.")
         if not 0 <= self.average_last <= self.keep_checkpoints:
             raise ValueError(f"average_last={self.average_last} must be between 0 and "
                              f"keep_checkpoints={self.keep_checkpoints} (older checkpoints are "
@@ -114,6 +143,13 @@ class Trainer:
         self.config = config
         self.strategy = strategy or tf.distribute.get_strategy()
         self.chief = is_chief(self.strategy)
+        # Fine-tuning's source, checked before anything is built; not needed (nor read) once the
+        # run has checkpoints of its own.
+        self.init_source = None
+        if config.init_from and not tf.train.latest_checkpoint(config.model_dir):
+            self.init_source = resolve_init_source(config.init_from)
+            check_model(self.init_source, model_config)
+        self.early_stopping = None
         with self.strategy.scope():
             self.model = model_fn() if model_fn else build_model(model_config,
                                                                  config.mixed_precision)
@@ -153,8 +189,15 @@ class Trainer:
 
     def _write_run_config(self):
         path = os.path.join(self.config.model_dir, runs.CONFIG_FILE)
+        info = dict(self.run_info)
+        if self.init_source is not None:
+            info[runs.INIT_FROM_KEY] = {**self.init_source.record(),
+                                        **info.get(runs.INIT_FROM_KEY, {})}
         if tf.io.gfile.exists(path) and tf.train.latest_checkpoint(self.config.model_dir):
-            previous = runs.read_config(self.config.model_dir).get("model")
+            previous_run = runs.read_config(self.config.model_dir)
+            if runs.INIT_FROM_KEY in previous_run:  # where its first weights came from, for good
+                info[runs.INIT_FROM_KEY] = previous_run[runs.INIT_FROM_KEY]
+            previous = previous_run.get("model")
             # Through from_dict, so fields added since that run was written take their defaults.
             previous = TransformerConfig.from_dict(previous).to_dict() if previous else {}
             current = self.model_config.to_dict()
@@ -168,7 +211,7 @@ class Trainer:
         tf.io.gfile.makedirs(self.config.model_dir)
         runs.write_json(os.path.join(self.config.model_dir, runs.CONFIG_FILE),
                            {"model": self.model_config.to_dict(),
-                            "training": dataclasses.asdict(self.config), **self.run_info})
+                            "training": dataclasses.asdict(self.config), **info})
 
     def weights_are_finite(self) -> bool:
         """Whether every floating-point variable a checkpoint would hold (the model's and the
@@ -187,8 +230,11 @@ class Trainer:
             callbacks: Sequence[Callback] = ()) -> dict:
         """Trains; returns the summary (also written to ``model_dir/summary.json`` by the chief).
 
-        SIGTERM/SIGINT (``keras_transformer.signals``) end training after the current step with a
-        checkpoint, skip what would follow (dev evaluation, averaging) and set ``stop_reason`` to
+        ``stop_reason`` is "train_steps", "train_minutes", "early_stopping" (then
+        ``summary["early_stopping"]`` holds the metric, its best value and step, and the count
+        of evaluations without improvement), "peer_stopped" or a signal's. SIGTERM/SIGINT
+        (``keras_transformer.signals``) end training after the current step with a checkpoint,
+        skip what would follow (dev evaluation, averaging) and set ``stop_reason`` to
         "sigterm"/"sigint". Raises ``NonFiniteError`` if the loss or the weights become NaN/Inf:
         nothing after the last finite checkpoint is saved, and it stays the latest.
         """
@@ -201,6 +247,9 @@ class Trainer:
             for folder in (runs.AVERAGED, runs.BEST):
                 writing.remove_leftovers(os.path.join(config.model_dir, folder))
         restored = self.restore()
+        if restored is None and self.init_source is not None:
+            restore_init_source(self.model, self.init_source)
+        self.early_stopping = self._early_stopping(restored, dev_dataset_fn)
         start_step = self.step
         skip_steps = start_step if config.resume_data == "skip" else 0
 
@@ -216,6 +265,34 @@ class Trainer:
                     if dev_dataset_fn else None)
         with signals.polled():
             return self._loop(iterator, dev_data, callbacks, start_step, restored)
+
+    def _early_stopping(self, restored, dev_dataset_fn) -> Optional[EarlyStopping]:
+        config = self.config
+        if not config.early_stopping_patience:
+            return None
+        if dev_dataset_fn is None:
+            raise ValueError(f"early_stopping_patience={config.early_stopping_patience} needs a "
+                             "dev set to evaluate on; there is none.")
+        state = None
+        if restored:  # the count goes on where this folder's last run left it
+            path = os.path.join(config.model_dir, runs.SUMMARY_FILE)
+            if tf.io.gfile.exists(path):
+                try:
+                    with tf.io.gfile.GFile(path) as stream:
+                        state = json.load(stream).get("early_stopping")
+                except ValueError:
+                    state = None  # unreadable: counting starts again
+        return EarlyStopping(config.early_stopping_patience, config.early_stopping_metric,
+                             config.early_stopping_min_delta, state)
+
+    def _stops_early(self, logs, step) -> bool:
+        """Feeds one dev evaluation to the early stopping; whether training should stop."""
+        metric = self.config.early_stopping_metric
+        if metric not in logs:
+            raise ValueError(f"early_stopping_metric={metric!r}: the dev evaluation has no "
+                             f"{metric!r} (dev BLEU needs the DevBleu callback, e.g. "
+                             "dev_bleu_sentences > 0).")
+        return self.early_stopping.update(logs[metric], step)
 
     def _check_finite(self, step, run):
         """Stops (NonFiniteError) if the weights are not finite; each step is checked once."""
@@ -264,6 +341,9 @@ class Trainer:
             if config.train_steps is not None and step >= config.train_steps:
                 stop_reason = "train_steps"
                 break
+            if self.early_stopping is not None and self.early_stopping.should_stop:
+                stop_reason = "early_stopping"  # a resumed run that had already stopped early
+                break
             out_of_time = budget is not None and time.monotonic() - started >= budget
             stop_and_save = [float(bool(signals.received()) or out_of_time),
                              float(self.checkpointer.due(step + 1))]
@@ -297,6 +377,12 @@ class Trainer:
                 logs = self._evaluate_unless_stopped(dev_data, step, callbacks)
                 run["dev_logs"] = logs if logs is not None else run["dev_logs"]
                 interval.started = time.monotonic()
+                if (logs is not None and self.early_stopping is not None
+                        and self._stops_early(logs, step)):
+                    # Every worker saw the same all-reduced dev loss (and the same dev BLEU):
+                    # they all stop at this step.
+                    stop_reason = "early_stopping"
+                    break
             if stop:  # agreed by all replicas and workers through the step's votes
                 stop_reason = (signals.reason(signals.received()) if signals.received()
                                else "train_minutes" if out_of_time else "peer_stopped")
@@ -340,6 +426,7 @@ class Trainer:
             "resumed_from": run["restored"], "latest_checkpoint": self.checkpointer.latest,
             "averaged_checkpoint": averaged,
             "num_replicas": self.strategy.num_replicas_in_sync,
+            "early_stopping": self.early_stopping.state() if self.early_stopping else None,
         }
         if self.chief:
             return runs.write_json(os.path.join(self.config.model_dir, runs.SUMMARY_FILE), summary)

@@ -1,0 +1,186 @@
+"""Fine-tuning: a new run whose model starts from the weights of another run (fairseq's
+``--restore-file --reset-optimizer --reset-lr-scheduler``, OpenNMT-tf's ``--checkpoint_path``).
+
+``TrainingConfig(init_from=RUN_OR_CHECKPOINT)``: a run folder (its default checkpoint: averaged,
+else best, else latest, see ``runs.default_checkpoint``) or a checkpoint prefix. Only the model's
+weights are loaded; the optimizer, the step and the schedule start fresh. The new run uses the
+source run's vocabulary (its embedding rows belong to it) and must have the same architecture;
+the regularisers (dropouts, label smoothing) may differ. Its ``config.json`` records the source
+(``"init_from"``), and a resumed run continues from its own checkpoints, not the source's.
+"""
+
+import dataclasses
+import os
+import re
+from typing import Iterable, Optional
+
+from keras_transformer import runs
+
+# TransformerConfig fields that do not shape the weights or their meaning: free to differ when
+# fine-tuning. max_length shapes them only for learned positions (see differences).
+FREE_FIELDS = ("dropout_rate", "attention_dropout", "relu_dropout", "label_smoothing",
+               "source_word_dropout", "target_word_dropout", "decoder_layerdrop", "max_length")
+# Above this share of byte-fallback/unknown pieces the source vocabulary covers the new training
+# text badly: a vocabulary learned on a text leaves (character_coverage 0.9999) next to none.
+UNKNOWN_PIECE_WARNING = 0.01
+_BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSource:
+    """Where a fine-tuned run's weights come from."""
+
+    given: str           # what the user passed
+    run_dir: str         # the source run's folder
+    checkpoint: str      # the checkpoint prefix restored
+    name: Optional[str]  # averaged/best/latest when chosen by default, None for a named prefix
+    model_config: object  # the source's TransformerConfig
+    vocab_path: str      # the source's vocabulary (or why it was not found)
+
+    def record(self) -> dict:
+        """What the new run's config.json keeps under ``"init_from"``."""
+        return {"given": self.given, "run_dir": self.run_dir, "checkpoint": self.checkpoint,
+                "checkpoint_name": self.name}
+
+
+def _error(given, message):
+    return ValueError(f"init_from={given}: {message}")
+
+
+def resolve(given: str) -> InitSource:
+    """The source of ``init_from``; a ValueError starting ``init_from=...:`` if there is none."""
+    import tensorflow as tf
+
+    if not given:
+        raise _error(given, "empty; name a run folder or a checkpoint prefix.")
+    name = None
+    if tf.io.gfile.isdir(given):
+        run_dir = given
+        try:
+            run = runs.read_config(run_dir)
+            name, checkpoint = runs.default_checkpoint(run_dir)
+        except ValueError as error:
+            raise _error(given, str(error)) from None
+    else:
+        checkpoint = given[:-len(".index")] if given.endswith(".index") else given
+        if not tf.io.gfile.exists(checkpoint + ".index"):
+            raise _error(given, f"no such run folder or checkpoint (no folder {given}, no "
+                                f"{checkpoint}.index).")
+        # A training checkpoint lies in its run folder, an averaged or best one a level below.
+        folder = os.path.dirname(checkpoint) or "."
+        candidates = [folder, os.path.dirname(folder) or "."]
+        run_dir = next((d for d in candidates
+                        if tf.io.gfile.exists(os.path.join(d, runs.CONFIG_FILE))), None)
+        if run_dir is None:
+            raise _error(given, f"no {runs.CONFIG_FILE} of a training run beside the checkpoint "
+                                f"(looked in {', '.join(dict.fromkeys(candidates))}).")
+        run = runs.read_config(run_dir)
+    try:
+        model_config = runs.model_config(run)
+    except ValueError as error:
+        raise _error(given, str(error)) from None
+    try:
+        vocab_path = runs.vocabulary_path(run_dir, run)
+    except ValueError as error:  # needed only by a run that reads text (see tokenizer_for)
+        vocab_path = str(error)
+    return InitSource(given, run_dir, checkpoint, name, model_config, vocab_path)
+
+
+def differences(source_config, config) -> list:
+    """``["d_model 128, this run 256", ...]``: the fields where ``config`` cannot take the
+    weights of ``source_config``."""
+    source, current = source_config.to_dict(), config.to_dict()
+    free = set(FREE_FIELDS)
+    if "learned" in (source.get("positional"), current.get("positional")):
+        free.discard("max_length")  # the position table has max_length rows
+    return [f"{name} {source.get(name)}, this run {current[name]}"
+            for name in current if name not in free and source.get(name) != current[name]]
+
+
+def check_model(source: InitSource, config) -> None:
+    """A ValueError naming every architecture difference between ``config`` and the source's."""
+    changed = differences(source.model_config, config)
+    if changed:
+        raise _error(source.given, f"its model ({source.run_dir}/{runs.CONFIG_FILE}) differs from "
+                                   f"this run's: {'; '.join(changed)}; pass the source run's "
+                                   "model flags (--preset, --d_model, --num_layers, ...).")
+
+
+def restore(model, source: InitSource) -> None:
+    """Loads the source checkpoint's model weights into ``model`` (its optimizer state, step and
+    schedule are not read).
+
+    Through a model of the source's own config: a checkpoint holds the model's variables as one
+    list in the model's order, and a dropout that is zero in one run and not in the other adds
+    or removes random-generator states in that list. Those states are not weights; the weights
+    (the floating-point variables) are the same list in both, and are copied in order."""
+    import tensorflow as tf
+
+    source_model = runs.build_model(source.model_config)
+    try:
+        runs.restore_model(source_model, source.checkpoint)
+    except (AssertionError, tf.errors.OpError) as error:
+        raise _error(source.given, f"checkpoint {source.checkpoint} does not fit the model of "
+                                   f"{source.run_dir}/{runs.CONFIG_FILE}: "
+                                   f"{str(error).splitlines()[0][:300]}") from None
+    weights = [v for v in source_model.variables if tf.as_dtype(v.dtype).is_floating]
+    targets = [v for v in model.variables if tf.as_dtype(v.dtype).is_floating]
+    shapes = [tuple(v.shape) for v in weights]
+    if shapes != [tuple(v.shape) for v in targets]:
+        raise _error(source.given, f"its {len(weights)} weight tensors do not match this run's "
+                                   f"{len(targets)} (another architecture).")
+    for target, weight in zip(targets, weights):
+        target.assign(weight)
+
+
+def tokenizer_for(source: InitSource, vocab_path: Optional[str] = None):
+    """The source's vocabulary; ``vocab_path`` (an explicit --vocab_path) must be the same file
+    content, since the model's embedding rows belong to the source's pieces."""
+    from keras_transformer.tokenizer import SubwordTokenizer
+
+    if not os.path.isfile(source.vocab_path):
+        raise _error(source.given, source.vocab_path)
+    tokenizer = SubwordTokenizer.load(source.vocab_path)
+    if vocab_path:
+        same = os.path.isfile(vocab_path)
+        if same:
+            with open(vocab_path, "rb") as stream:
+                same = stream.read() == tokenizer.model_proto
+        if not same:
+            raise ValueError(f"vocab_path={vocab_path}: not the vocabulary of the init_from run "
+                             f"({source.vocab_path}), whose pieces the model's embedding rows "
+                             "belong to; leave --vocab_path out to use that one.")
+    return tokenizer
+
+
+def unknown_piece_rate(tokenizer, texts: Iterable[str]) -> float:
+    """The share of the subword pieces of ``texts`` that are byte-fallback pieces (a character
+    the vocabulary lacks, spelled a UTF-8 byte at a time) or ``<unk>``: how badly a vocabulary
+    learned on other text covers these."""
+    import numpy as np
+    import tensorflow as tf
+
+    texts = [t for t in texts if t]
+    if not texts:
+        return 0.0
+    ids = tokenizer.tokenize(tf.constant(texts)).flat_values.numpy()
+    if not ids.size:
+        return 0.0
+    pieces = tokenizer.id_to_piece(tf.range(tokenizer.vocab_size)).numpy()
+    unknown = np.array([_BYTE_PIECE.match(p.decode("utf-8", "replace")) is not None
+                        for p in pieces])
+    unknown[tokenizer.unk_id] = True
+    return float(unknown[ids].mean())
+
+
+def resumed_record(model_dir: str) -> Optional[dict]:
+    """The ``init_from`` record of a run in ``model_dir`` that has checkpoints of its own (it
+    resumes from them), else None."""
+    import tensorflow as tf
+
+    if not tf.train.latest_checkpoint(model_dir):
+        return None
+    try:
+        return runs.read_config(model_dir).get(runs.INIT_FROM_KEY)
+    except (ValueError, OSError):
+        return None
