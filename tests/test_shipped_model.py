@@ -2,7 +2,6 @@
 to ship, translates right after setup with no training, scores what its README says on the corpus
 the export records, and gives way to the user's own main-job run once there is one."""
 
-import json
 import os
 import re
 import subprocess
@@ -101,4 +100,9 @@ def test_the_users_own_main_job_run_comes_first(tmp_path):
     code, out, err = run("translate", f"--text={SENTENCE}", cwd=str(tmp_path))
     assert code == 0, err
     assert shipped.MAIN_JOB_RUN in err and "saved_models" not in err
-    assert json.loads((model_dir / "config.json").read_text())  # the run itself is left as it was
+    # The run's own translation, as its in-memory Translator gives it.
+    from keras_transformer import runs
+
+    translator = runs.load_translator(str(model_dir))
+    expected = translator.translate_text(tf.constant([SENTENCE]))["translations"][0].numpy()
+    assert out == expected.decode() + "\n"

@@ -99,7 +99,7 @@ def choose_default_model():
     if FLAGS.saved_model is None:
         raise app.UsageError("no --model_dir or --saved_model given, no trained main-job run in "
                              f"{main_job} and no shipped model in this copy of the project: "
-                             "name a model (python -m trainers.translate --help).")
+                             "name a model.")
 
 
 def check_flags():
@@ -130,17 +130,12 @@ def check_flags():
 
 def exported_settings(path):
     """The search settings a SavedModel version folder records in its assets."""
-    import json
-
-    from keras_transformer.export.common import CONFIG_ASSET
+    from keras_transformer.export.common import recorded_settings
+    from keras_transformer.inference import DecodingConfig
 
     try:
-        with open(os.path.join(path, "assets", CONFIG_ASSET)) as stream:
-            decoding = json.load(stream)["decoding"]
-        from keras_transformer.inference import DecodingConfig
-
-        return decoding_flags.describe(DecodingConfig(**decoding))
-    except (OSError, ValueError, KeyError, TypeError):
+        return decoding_flags.describe(DecodingConfig(**recorded_settings(path)["decoding"]))
+    except (ValueError, KeyError, TypeError):
         return "search settings as exported"
 
 

@@ -77,11 +77,10 @@ def export_settings(translator):
             "data": None if data is None else dataclasses.asdict(data)}
 
 
-def recorded_data_config(path):
-    """The ``DataConfig`` the SavedModel at ``path`` (a version folder, or a base folder: its
-    highest version) records in ``assets/config.json``, or None: an export written before exports
-    recorded their corpus, of a Translator built in memory, or not written by this project."""
-    from keras_transformer import runs
+def recorded_settings(path):
+    """The ``export_settings`` the SavedModel at ``path`` (a version folder, or a base folder: its
+    highest version) carries in ``assets/config.json``, or None where there is no readable one
+    (not an export of this project)."""
     from keras_transformer.inference import exported_version_path
 
     try:
@@ -89,7 +88,17 @@ def recorded_data_config(path):
             settings = json.load(stream)
     except (OSError, ValueError):
         return None
-    return runs.data_config(settings) if isinstance(settings, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
+def recorded_data_config(path):
+    """The ``DataConfig`` the SavedModel at ``path`` records, or None: an export written before
+    exports recorded their corpus, of a Translator built in memory, or not written by this
+    project."""
+    from keras_transformer import runs
+
+    settings = recorded_settings(path)
+    return runs.data_config(settings) if settings is not None else None
 
 
 def next_version(model_base_path):
