@@ -226,17 +226,6 @@ def test_a_bad_flag_is_one_line_pointing_to_the_programs_help(helps, program, tm
         assert args[0].split("=")[0].lstrip("-") in lines[0], lines[0]
 
 
-def test_a_usage_error_found_in_main_points_to_the_programs_help(tmp_path):
-    # Checks that need more than one flag's value run in main() (app.UsageError); they are usage
-    # errors all the same and end like the parser's.
-    result = subprocess.run([sys.executable, "-m", "trainers.wmt", "--train_steps=0"], cwd=tmp_path,
-                            env=ENV, capture_output=True, text=True, timeout=120)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert lines[-1].startswith("wmt: error: "), lines[-1]
-    assert lines[-1].endswith("(see python -m trainers.wmt --help)"), lines[-1]
-
-
 # The defaults a training program trains with, from its own flags and main() up to the point where
 # TensorFlow would start (make_strategy): its TrainingConfig beside the flags of the same names.
 EFFECTIVE = """

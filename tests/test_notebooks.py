@@ -99,8 +99,19 @@ def text_outputs(notebook):
         return re.sub(r"-?\d+\.\d*(?:e[-+]?\d+)?|-?\d+e[-+]?\d+",
                       lambda m: f"{round(float(m.group(0)), 4) + 0.0:.4g}", text)
 
+    def joined(outputs):  # a kernel splits one cell's stdout into chunks as its timing has it
+        texts = []
+        for text in (shown(output) for output in outputs):
+            if text == "stderr:":
+                continue
+            if texts and text.startswith("stdout:") and texts[-1].startswith("stdout:"):
+                texts[-1] += text[len("stdout:"):]
+            else:
+                texts.append(text)
+        return texts
+
     # Not cell 1's: it names the machine's folders (where the package was found).
-    return [[rounded(shown(output)) for output in cell.get("outputs", []) if shown(output) != "stderr:"]
+    return [[rounded(text) for text in joined(cell.get("outputs", []))]
             for cell in notebook.cells[2:] if cell.cell_type == "code"]
 
 

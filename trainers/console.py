@@ -158,7 +158,7 @@ def run(main):
         except ModuleNotFoundError as error:
             missing(error)
         except app.UsageError as error:
-            usage_error(error)
+            error_exit(error, status=2)
         except signals.Interrupted as interrupted:
             print(f"{program_name()}: error: {interrupted}; what was complete is kept, nothing "
                   "half-written is left", file=sys.stderr, flush=True)
