@@ -72,7 +72,7 @@ flags.DEFINE_string("attention_model_dir", None, "The trained run whose attentio
                     "(default: the first of --model_dirs that exists; none: OUTPUT_DIR/"
                     "attention.json is plotted again).")
 flags.DEFINE_string("attention_checkpoint", None, "Its checkpoint: averaged, best, latest or a path "
-                    "(default: averaged, else best, else latest).")
+                    "(default: averaged, else ema, else best, else latest).")
 flags.DEFINE_string("sentence", FIGURE3_SENTENCE, "The sentence whose attention is drawn (default: "
                     "the paper's Figure 3 sentence).")
 flags.DEFINE_string("word", "making", "The word whose attention the line view isolates (Figure 3).")

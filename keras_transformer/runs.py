@@ -8,7 +8,11 @@
       vocab.model          the run's own copy of its subword vocabulary
       checkpoint, ckpt-N.* tf.train.CheckpointManager's checkpoints (model, optimizer, step)
       averaged/ckpt.*      the average of the last checkpoints (section 6.1), model weights only
+      ema/ckpt.*           the exponential moving average of the weights at the latest checkpoint
+                           (--ema_decay), model weights only
       best/ckpt.*, best/best.json   the weights of the best dev BLEU (--keep_best_bleu)
+      best_export/<step>/, best_export_ids/<step>/   the SavedModels of the best dev BLEU
+                           (--export_best; one version each, the best so far)
       train.log, report.json, test.hyp   the quickstart's log, report and translations
 
 Everything that reads or writes these names asks this module: the trainer, the averaging, the
@@ -33,16 +37,19 @@ INIT_FROM_KEY = "init_from"
 # A copy of the vocabulary inside the run folder, looked for first (a run that carries its own
 # vocabulary cannot lose it when data/ is cleaned or moved).
 VOCABULARY_FILE = "vocab.model"
-# Checkpoint names besides a path: the average of the last checkpoints (section 6.1) and the
-# best-dev-BLEU weights.
-LATEST, AVERAGED, BEST = "latest", "averaged", "best"
+# Checkpoint names besides a path: the average of the last checkpoints (section 6.1), the
+# moving average of the weights and the best-dev-BLEU weights.
+LATEST, AVERAGED, EMA, BEST = "latest", "averaged", "ema", "best"
 # What evaluate, translate and export use by default: the first of these a run has (section 6.1
-# decodes with averaged weights). An averaged checkpoint older than the latest one (the run trained
-# on after averaging) is passed over; a best one is older by nature.
-DEFAULT_ORDER = (AVERAGED, BEST, LATEST)
+# decodes with averaged weights). An averaged or EMA checkpoint older than the latest one (the run
+# trained on after writing it) is passed over; a best one is older by nature.
+DEFAULT_ORDER = (AVERAGED, EMA, BEST, LATEST)
 AVERAGED_PREFIX = os.path.join(AVERAGED, "ckpt")
+EMA_PREFIX = os.path.join(EMA, "ckpt")
 BEST_PREFIX = os.path.join(BEST, "ckpt")
 BEST_RECORD = os.path.join(BEST, "best.json")
+# --export_best's SavedModels: MODEL_DIR/best_export/<step> and MODEL_DIR/best_export_ids/<step>.
+BEST_EXPORT = "best_export"
 # --mixed_precision value -> Keras dtype policy (variables stay float32 in both mixed modes).
 PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16",
                       "float16": "mixed_float16"}
@@ -138,7 +145,8 @@ def restore_model(model, path: str) -> None:
 def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     """The checkpoint prefix to restore. ``None``: the first of ``DEFAULT_ORDER`` the run has
     (see ``default_checkpoint``); ``"latest"``: the latest of ``model_dir``; ``"averaged"``:
-    ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); ``"best"``:
+    ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); ``"ema"``:
+    ``model_dir/ema/ckpt`` (the moving average of the weights); ``"best"``:
     ``model_dir/best/ckpt``; a directory: its latest checkpoint; otherwise a checkpoint prefix
     (``.../ckpt-1000``, without ``.index``)."""
     import tensorflow as tf
@@ -153,6 +161,7 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
         return path
     named = {AVERAGED: (AVERAGED_PREFIX, "train with average_last > 0 or run "
                                          "trainers.average_checkpoints"),
+             EMA: (EMA_PREFIX, "train with --ema_decay"),
              BEST: (BEST_PREFIX, "train with --keep_best_bleu")}
     if checkpoint in named:
         prefix, how = named[checkpoint]
@@ -175,21 +184,23 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
 
 def default_checkpoint(model_dir: str) -> Tuple[str, str]:
     """``(name, prefix)`` of the checkpoint used when none is named: the first of
-    ``DEFAULT_ORDER`` that ``model_dir`` holds (an averaged one only if it is not older than the
-    latest checkpoint). A ValueError if the run has no checkpoint at all."""
+    ``DEFAULT_ORDER`` that ``model_dir`` holds (an averaged or EMA one only if it is not older
+    than the latest checkpoint). A ValueError if the run has no checkpoint at all."""
     import tensorflow as tf
 
     latest = tf.train.latest_checkpoint(model_dir)
-    averaged = os.path.join(model_dir, AVERAGED_PREFIX)
-    if os.path.isfile(averaged + ".index") and (
-            latest is None or os.path.getmtime(averaged + ".index") >= os.path.getmtime(latest + ".index")):
-        return AVERAGED, averaged
+    for name, prefix in ((AVERAGED, AVERAGED_PREFIX), (EMA, EMA_PREFIX)):
+        path = os.path.join(model_dir, prefix)
+        if os.path.isfile(path + ".index") and (
+                latest is None
+                or os.path.getmtime(path + ".index") >= os.path.getmtime(latest + ".index")):
+            return name, path
     best = os.path.join(model_dir, BEST_PREFIX)
     if os.path.isfile(best + ".index"):
         return BEST, best
     if latest is None:
         raise ValueError(f"no checkpoint in {model_dir} (no 'checkpoint' index file naming one, no "
-                         f"{AVERAGED_PREFIX}, no {BEST_PREFIX}): train first, or pass "
+                         f"{AVERAGED_PREFIX}, {EMA_PREFIX} or {BEST_PREFIX}): train first, or pass "
                          "checkpoint=PATH.")
     return LATEST, latest
 

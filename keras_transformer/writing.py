@@ -136,6 +136,17 @@ def staged_folders(targets: Sequence[str]) -> Iterator[List[str]]:
                 raise
 
 
+def remove_folder(path: str) -> None:
+    """Deletes the folder ``path`` so that it vanishes whole: it is first renamed to a temporary
+    name (one step, under deferred signals), so a kill while deleting leaves a leftover that
+    ``remove_leftovers`` clears, never a half-deleted folder under its own name."""
+    doomed = os.path.join(os.path.dirname(os.path.abspath(path)),
+                          f"{_temporary_name()}{os.path.basename(path)}")
+    with signals.deferred():
+        os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return True

@@ -120,3 +120,22 @@ def test_a_sigterm_while_the_best_is_written_leaves_the_weights_and_their_record
         np.testing.assert_array_equal(variable.numpy(), expected.numpy())
     assert sorted(os.listdir(tmp_path / "best")) == ["best.json", "ckpt.data-00000-of-00001",
                                                      "ckpt.index"]
+
+
+def test_a_resumed_run_keeps_the_best_of_its_earlier_runs(tmp_path):
+    translator = small_translator(beam_size=2)  # its own: see the test above
+    references = ["Eine ganz andere Übersetzung."] * len(SENTENCES)
+    callback = DevBleu(translator.tokenizer, SENTENCES, references, translator.decoding, keep_best=True)
+    callback.trainer = fake_trainer(translator, str(tmp_path))
+    callback.on_begin(0)
+    callback.on_dev(10, {})
+    first = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert first["step"] == 10
+    # The earlier run's best was higher than what the resumed run reaches: it stays.
+    (tmp_path / "best" / "best.json").write_text(json.dumps({**first, "bleu": first["bleu"] + 50}))
+    resumed = DevBleu(translator.tokenizer, SENTENCES, references, translator.decoding, keep_best=True)
+    resumed.trainer = fake_trainer(translator, str(tmp_path))
+    resumed.on_begin(10)
+    assert resumed.best == first["bleu"] + 50
+    resumed.on_dev(20, {})
+    assert json.loads((tmp_path / "best" / "best.json").read_text())["step"] == 10

@@ -9,7 +9,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.training import Callback, ProgressLine, Trainer, TrainingConfig
 from keras_transformer.training.early_stopping import EarlyStopping
-from toy import toy_batch
+from toy import one_batch_fn
 
 TINY = kt.TransformerConfig.from_preset("tiny", vocab_size=16)
 NAN = float("nan")
@@ -75,14 +75,8 @@ def test_training_config_needs_dev_evaluations_for_early_stopping(tmp_path):
 
 # --- the trainer -------------------------------------------------------------------------------
 
-def batches(context=None):
-    return tf.data.Dataset.from_tensors(toy_batch(0, task="reverse", vocab_size=16, batch_size=8,
-                                                  min_length=2, max_length=6)).repeat()
-
-
-def dev_batches(context=None):
-    return tf.data.Dataset.from_tensors(toy_batch(1, task="reverse", vocab_size=16, batch_size=8,
-                                                  min_length=2, max_length=6))
+batches = one_batch_fn(0)
+dev_batches = one_batch_fn(1, repeat=False)
 
 
 class ScriptedDevLoss(Callback):

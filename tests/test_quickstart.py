@@ -239,3 +239,25 @@ quickstart.stage_export(translator=None)
     assert "stage 5/6 'export' failed" in stderr and "No space left on device" in stderr
     assert "What to do:" in stderr and "trainers.export" in stderr
     assert "Traceback" not in stderr
+
+
+def test_with_a_moving_average_the_better_on_dev_is_evaluated_and_the_best_exported(tmp_path):
+    code, stdout, stderr = run(*small_run_flags(tmp_path, corpus(tmp_path)), "--ema_decay=0.5",
+                               "--export_best")
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    assert "=== [3/6] average: the last 2 checkpoints (section 6.1) and the moving average " \
+           "(decay 0.5)" in stdout
+    found = re.search(r"^dev BLEU \(8 sentences\): averaged ([\d.]+), moving average ([\d.]+): "
+                      r"using the (averaged checkpoints|moving average)$", stdout, re.M)
+    assert found, stdout[-3000:]
+    averaged, ema = float(found.group(1)), float(found.group(2))
+    chosen = "moving average" if ema > averaged else "averaged checkpoints"
+    assert found.group(3) == chosen
+    record = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert record["weights"].endswith(f"chosen by {found.group(0).split(': using')[0]}")
+    assert record["weights"].startswith("moving average of the weights (decay 0.5)"
+                                        if chosen == "moving average" else "average of the last 2")
+    run_dir = tmp_path / "run"
+    assert (run_dir / "ema" / "ckpt.index").is_file()
+    # --export_best reaches the trainer: one export of the best dev BLEU in the run folder
+    assert len([n for n in os.listdir(run_dir / "best_export") if n.isdigit()]) == 1

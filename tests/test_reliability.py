@@ -101,6 +101,12 @@ def test_a_non_finite_update_exits_1_and_saves_averages_and_exports_nothing(trai
     assert finite_checkpoint(str(model_dir / "averaged" / "ckpt"))
 
 
+# From the signal to the process's exit (interpreter and TensorFlow teardown included, on a
+# machine running other tests): well inside the 30 s a preempting Kubernetes or Slurm gives, and
+# far below the stalled stand-in stage's 60 s, which a stop that waits for it would take.
+PROMPT_EXIT_SECONDS = 10
+
+
 def interrupt(stage, signal_name, module, flags, cwd):
     sent_at = cwd / "signal_sent_at"
     process = subprocess.run([sys.executable, INTERRUPTING, stage, signal_name, module, *flags],
@@ -119,7 +125,7 @@ def test_a_signal_during_the_final_dev_bleu_stops_at_once(trained, tmp_path, sig
         "dev_bleu", signal_name, "wmt", wmt_flags(trained, model_dir, "--train_steps=5",
                                                   f"--export_dir={tmp_path / 'exports'}"), tmp_path)
     assert code == status, stderr[-3000:]
-    assert seconds < 5, f"{seconds:.1f} s from the signal to the exit"
+    assert seconds < PROMPT_EXIT_SECONDS, f"{seconds:.1f} s from the signal to the exit"
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith(f"wmt: error: stopped by {signal_name}")
     # The step before the signal was saved; nothing after it started: no average, no export.
@@ -137,7 +143,7 @@ def test_sigterm_during_the_export_stops_at_once_and_leaves_no_half_export(train
         "export", "SIGTERM", "export", [f"--model_dir={trained / 'run'}", f"--export_dir={exports}",
                                         "--name=tiny"], tmp_path)
     assert code == 143, stderr[-3000:]
-    assert seconds < 5, f"{seconds:.1f} s from the signal to the exit"
+    assert seconds < PROMPT_EXIT_SECONDS, f"{seconds:.1f} s from the signal to the exit"
     assert "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith("export: error: stopped by SIGTERM")
     # Neither of the two exports appeared, and the half-written one is gone with its folder.

@@ -1,5 +1,6 @@
 """keras_transformer/runs.py: which checkpoint of a run is used when none is named (averaged, else
-best, else latest; section 6.1 decodes with averaged weights), and what is said when none exists."""
+the moving average, else best, else latest; section 6.1 decodes with averaged weights), and what is
+said when none exists."""
 
 import os
 import time
@@ -37,3 +38,18 @@ def test_the_default_is_averaged_else_best_else_latest(tmp_path):
     assert runs.default_checkpoint(run) == (runs.BEST, best)
     os.remove(best + ".index")
     assert runs.default_checkpoint(run) == (runs.LATEST, newer)
+
+
+def test_the_moving_average_comes_after_the_averaged_and_before_the_best(tmp_path):
+    run = str(tmp_path)
+    write(os.path.join(run, "ckpt-1"), 1)
+    best = write(os.path.join(run, runs.BEST_PREFIX), 2)
+    ema = write(os.path.join(run, runs.EMA_PREFIX), 3)
+    assert runs.default_checkpoint(run) == (runs.EMA, ema)
+    assert runs.resolve_checkpoint(run, runs.EMA) == ema
+    averaged = write(os.path.join(run, runs.AVERAGED_PREFIX), 4)
+    assert runs.default_checkpoint(run) == (runs.AVERAGED, averaged)
+    # Training went on after both were written: both are stale, the best is used.
+    write(os.path.join(run, "ckpt-2"), 5)
+    assert runs.default_checkpoint(run) == (runs.BEST, best)
+    assert runs.resolve_checkpoint(run, runs.EMA) == ema  # named, it is still there

@@ -479,7 +479,8 @@ def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
          f"--data_dir={tmp_path / 'data'}", "--vocab_size=296", "--max_length=16",
          "--token_budget=256", "--num_cpu_devices=2", "--train_steps=6",
          "--log_every_steps=3", "--checkpoint_every_steps=2", "--average_last=2",
-         "--dev_every_steps=0", f"--model_dir={tmp_path / 'run'}"],
+         "--dev_every_steps=0", "--ema_decay=0.5", "--export_best",
+         f"--model_dir={tmp_path / 'run'}"],
         cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "step 3/6 | loss" in result.stdout and "tgt tok/s" in result.stdout
@@ -501,6 +502,16 @@ def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
     run = read_json(tmp_path / "run" / "config.json")
     assert run["model"]["num_layers"] == 2 and run["training"]["train_steps"] == 6
     assert (tmp_path / "run" / "vocab.model").exists()
+    # The moving average under the mirrored strategy: written, and not the last weights.
+    assert summary["ema_checkpoint"].endswith(os.path.join("ema", "ckpt"))
+    ema, last = (tf.train.load_checkpoint(str(tmp_path / "run" / name))
+                 for name in (os.path.join("ema", "ckpt"), "ckpt-6"))
+    key = next(k for k in ema.get_variable_to_shape_map() if k.startswith("model_variables/"))
+    assert np.abs(ema.get_tensor(key) - last.get_tensor(key)).max() > 0
+    # --export_best: the end's dev BLEU is the only one, so its export is the best.
+    assert "best so far, exported to" in result.stdout
+    assert sorted(os.listdir(tmp_path / "run" / "best_export")) == ["6"]
+    assert sorted(os.listdir(tmp_path / "run" / "best_export_ids")) == ["6"]
 
 
 def test_resuming_with_another_model_is_a_clear_error(tmp_path):

@@ -113,7 +113,7 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
     assert code == 0, stderr
     # The checkpoint it used, and why (the run has no averaged or best one), and the search.
     assert (f"export: {os.path.join(setup['model_dir'], 'ckpt-1')} (latest; the default: averaged, "
-            "else best, else latest), beam 2, alpha 0.6, extra length 6") in stderr
+            "else ema, else best, else latest), beam 2, alpha 0.6, extra length 6") in stderr
     printed = stdout.decode()
     assert os.path.join(export_dir, "tiny", "1") in printed.splitlines()
     assert os.path.join(export_dir, "tiny_ids", "1") in printed.splitlines()
@@ -298,7 +298,7 @@ def test_evaluate_uses_the_averaged_checkpoint_and_says_so(setup, tmp_path):
                                f"--train_data={pairs}", f"--test_data={pairs}", "--beam_size=2",
                                "--extra_length=6")
     assert code == 0, stderr
-    assert (f"evaluate: {averaged} (averaged; the default: averaged, else best, else latest), "
+    assert (f"evaluate: {averaged} (averaged; the default: averaged, else ema, else best, else latest), "
             "beam 2, alpha 0.6, extra length 6 on files test (2 sentences)") in stdout.decode()
 
 
@@ -307,7 +307,7 @@ def test_interactive_mode_answers_each_line_at_once_with_a_fresh_averaged_checkp
     with interactive_translate(f"--model_dir={model_dir}", "--beam_size=2",
                                "--extra_length=6") as (process, terminal):
         stderr = read_until(process.stderr, lambda data: data.endswith(b"> ")).decode()
-        assert (f"translate: {averaged} (averaged; the default: averaged, else best, else latest), "
+        assert (f"translate: {averaged} (averaged; the default: averaged, else ema, else best, else latest), "
                 "beam 2, alpha 0.6, extra length 6") in stderr
         line = b"A dog runs."
         os.write(terminal, line + b"\n")
@@ -373,7 +373,7 @@ def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(s
     stderr = b"".join(shown).decode("utf-8", "replace")
     # Which checkpoint (the run has no averaged or best one) and the search settings.
     assert (f"translate: {os.path.join(setup['model_dir'], 'ckpt-1')} (latest; the default: averaged, "
-            "else best, else latest), beam 3, alpha 0.6, extra length 6") in stderr
+            "else ema, else best, else latest), beam 3, alpha 0.6, extra length 6") in stderr
     assert re.search(r"\d+/Unknown", stderr), stderr  # the counter (a pipe's length is unknown)
     assert f"line(s) {TRUNCATED_LINE}." in stderr and "Traceback" not in stderr, stderr
     # More hypotheses than the beam holds: refused before anything is loaded.

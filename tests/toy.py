@@ -58,3 +58,16 @@ def toy_dataset_fn(*, task: str = "reverse", vocab_size: int = 16, global_batch_
             min_length=min_length, max_length=max_length, seed=seed))
 
     return dataset_fn
+
+
+def one_batch_fn(index: int = 0, *, repeat: bool = True, vocab_size: int = 16):
+    """A ``dataset_fn`` of one small reverse-task batch (number ``index``), endless (a training
+    set) or once (a dev set)."""
+
+    def dataset_fn(context=None):
+        dataset = tf.data.Dataset.from_tensors(toy_batch(
+            index, task="reverse", vocab_size=vocab_size, batch_size=8, min_length=2,
+            max_length=6))
+        return dataset.repeat() if repeat else dataset
+
+    return dataset_fn

@@ -82,7 +82,7 @@ def _writable(flag, shown, folder):
 
 def run_dir(flag, path, checkpoint=None):
     """``path`` is the model_dir of a training run: its ``config.json`` parses, and ``checkpoint``
-    (the --checkpoint value: None/latest, averaged, best, a folder or a prefix) resolves."""
+    (the --checkpoint value: None/latest, averaged, ema, best, a folder or a prefix) resolves."""
     input_dir(flag, path)
     from keras_transformer import runs
 

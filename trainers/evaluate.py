@@ -149,7 +149,7 @@ def main(argv):
     from keras_transformer import evaluation
 
     progress = stderr_progress(len(sources))
-    lang = FLAGS.lang or ("fr" if config.dataset == "wmt14_en_fr" else "de")
+    lang = FLAGS.lang or config.target_language
     result, hypotheses = evaluation.translate_and_evaluate(
         translate_fn, sources, references, lang, FLAGS.batch_size, progress)
     if FLAGS.output:

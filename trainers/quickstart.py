@@ -11,7 +11,9 @@ Six stages, each announced as it starts:
    subword vocabulary (``keras_transformer.data``);
 2. train: the training run of ``python -m trainers.wmt`` (``keras_transformer.training.run``, in
    this process) on the ``mini`` preset for --train_minutes, with a recipe sized for that budget;
-3. average: the last --average_last checkpoints, averaged by the trainer (section 6.1);
+3. average: the last --average_last checkpoints, averaged by the trainer (section 6.1); with
+   --ema_decay also the moving average of the weights, and of the two the one with the higher
+   BLEU on the whole dev split is used;
 4. evaluate: beam search (beam 4, alpha 0.6) on the held-out test split, scored with sacreBLEU
    (with its signature) and with the paper's tokenized compound-split BLEU, each labelled, beside
    two floors on the same sentences: copying the source, and a translation memory (the German of
@@ -202,14 +204,20 @@ def stage_train(data_config, strategy):
 
 # --- 3. average -----------------------------------------------------------------------------------
 
-def stage_average(summary):
-    header("average", f"the last {FLAGS.average_last} checkpoints (section 6.1)")
-    from keras_transformer import runs
+def stage_average(config, summary):
+    """``(checkpoint name, averaged checkpoint paths, weights line)``: the weights to evaluate
+    and export."""
+    header("average", f"the last {FLAGS.average_last} checkpoints (section 6.1)"
+           + (f" and the moving average (decay {FLAGS.ema_decay:g})" if FLAGS.ema_decay else ""))
+    from keras_transformer import data, runs
     from keras_transformer.training import checkpoint_paths
 
     if not FLAGS.average_last:
+        if FLAGS.ema_decay:
+            say(f"--average_last=0: using the moving average {summary['ema_checkpoint']}")
+            return runs.EMA, [], f"moving average of the weights (decay {FLAGS.ema_decay:g})"
         say(f"--average_last=0: using the last checkpoint {summary['latest_checkpoint']}")
-        return runs.LATEST, [summary["latest_checkpoint"]]
+        return runs.LATEST, [summary["latest_checkpoint"]], "last checkpoint"
     # absolute: see training_command
     paths = checkpoint_paths(os.path.abspath(FLAGS.model_dir))[-FLAGS.average_last:]
     if not summary.get("averaged_checkpoint"):
@@ -222,7 +230,38 @@ def stage_average(summary):
     names = ", ".join(os.path.basename(p) for p in paths)
     say(f"averaged {len(paths)} checkpoint(s) ({names}) into "
         f"{os.path.join(FLAGS.model_dir, 'averaged', 'ckpt')}")
-    return runs.AVERAGED, paths
+    weights = f"average of the last {len(paths)} checkpoints"
+    if not FLAGS.ema_decay:
+        return runs.AVERAGED, paths, weights
+    try:
+        sources, references = data.read_pairs(config, "dev")
+    except ValueError:
+        say("no dev split to choose by: using the averaged checkpoints")
+        return runs.AVERAGED, paths, weights
+    scores = {name: dev_bleu(config, name, sources, references)
+              for name in (runs.AVERAGED, runs.EMA)}
+    chosen = max(scores, key=lambda name: (scores[name], name == runs.AVERAGED))
+    line = (f"dev BLEU ({len(sources):,} sentences): averaged {scores[runs.AVERAGED]:.2f}, "
+            f"moving average {scores[runs.EMA]:.2f}")
+    say(f"{line}: using the {'averaged checkpoints' if chosen == runs.AVERAGED else 'moving average'}")
+    if chosen == runs.EMA:
+        weights = f"moving average of the weights (decay {FLAGS.ema_decay:g})"
+    return chosen, paths, f"{weights}, chosen by {line}"
+
+
+def dev_bleu(config, checkpoint, sources, references):
+    """The sacreBLEU of ``checkpoint`` on the dev pairs: the whole split, as the first
+    --dev_bleu_sentences of it (what training shows) can rank two close models either way."""
+    from keras_transformer import evaluation, runs
+
+    try:
+        translator = runs.load_translator(FLAGS.model_dir, checkpoint)
+    except ValueError as error:
+        fail("average", str(error))
+    result, _ = evaluation.translate_and_evaluate(translator.text_function(), sources, references,
+                                                  config.target_language,
+                                                  batch_size=64)
+    return result.sacrebleu.score
 
 
 # --- 4. evaluate ----------------------------------------------------------------------------------
@@ -255,7 +294,7 @@ def stage_evaluate(config, checkpoint):
             say(f"  translated {done[0]:,}/{len(sources):,} sentences "
                 f"({time.monotonic() - started:.0f} s)")
 
-    lang = "fr" if config.dataset == "wmt14_en_fr" else "de"
+    lang = config.target_language
     try:
         result, hypotheses = evaluation.translate_and_evaluate(
             translate, sources, references, lang, batch_size=64, progress=progress)
@@ -320,7 +359,8 @@ def stage_translate(path, sources, references, hypotheses):
 
 # --- report ---------------------------------------------------------------------------------------
 
-def report(counts, summary, averaged, result, floors, eval_seconds, paths, samples, wall):
+def report(counts, summary, weights, averaged, result, floors, eval_seconds, paths, samples,
+           wall):
     from keras_transformer import evaluation, runs
 
     split = FLAGS.eval_split
@@ -335,8 +375,7 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
         f"{summary['wall_seconds'] / 60:.1f} min, {summary['tokens_per_second']:,.0f} tokens/s "
         f"(source+target), final train loss {summary.get('final_train_loss') or float('nan'):.3f}"
         + (f", dev loss {summary['final_dev_loss']:.3f}" if summary.get("final_dev_loss") else ""),
-        "weights     " + (f"average of the last {len(averaged)} checkpoints"
-                           if FLAGS.average_last else "last checkpoint"),
+        f"weights     {weights}",
         f"{split} BLEU{' ' * (7 - len(split))}(beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, "
         f"{result.sentences:,} sentences, {eval_seconds:.0f} s)",
         f"  {result.sacrebleu}",
@@ -376,7 +415,7 @@ def report(counts, summary, averaged, result, floors, eval_seconds, paths, sampl
               "tokenized_bleu": result.tokenized.score, "test_sentences": result.sentences,
               "floors": floors.to_dict(),
               "verdict": evaluation.verdict(result, floors),
-              "averaged_checkpoints": averaged, "export": paths, "samples": samples,
+              "weights": weights, "averaged_checkpoints": averaged, "export": paths, "samples": samples,
               "wall_minutes": wall / 60, "load_average": os.getloadavg(),
               "cpus": os.cpu_count(), "command": training_command(),
               "latest_checkpoint": os.path.basename(summary["latest_checkpoint"] or ""),
@@ -445,12 +484,12 @@ def main(argv):
         return
     config, counts = stage_data(config)
     summary = stage_train(config, strategy)
-    checkpoint, averaged = stage_average(summary)
+    checkpoint, averaged, weights = stage_average(config, summary)
     translator, result, floors, sources, references, hypotheses, eval_seconds = stage_evaluate(
         config, checkpoint)
     paths = stage_export(translator)
     samples = stage_translate(paths[0], sources, references, hypotheses)
-    report(counts, summary, averaged, result, floors, eval_seconds, paths, samples,
+    report(counts, summary, weights, averaged, result, floors, eval_seconds, paths, samples,
            time.monotonic() - started)
 
 

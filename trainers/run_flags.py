@@ -11,10 +11,11 @@ from absl import flags
 flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
 flags.DEFINE_string(
     "checkpoint", None,
-    "With --model_dir: averaged (MODEL_DIR/averaged/ckpt), best (MODEL_DIR/best/ckpt), latest, a "
-    "checkpoint prefix (e.g. runs/small/ckpt-1000) or a folder. Default: averaged, else best, else "
-    "latest (an averaged checkpoint older than the latest one is passed over). The program says "
-    "which one it used.")
+    "With --model_dir: averaged (MODEL_DIR/averaged/ckpt), ema (MODEL_DIR/ema/ckpt, the moving "
+    "average of the weights kept in training), best (MODEL_DIR/best/ckpt), latest, a checkpoint prefix (e.g. "
+    "runs/small/ckpt-1000) or a folder. Default: averaged, else ema, else best, else latest (an "
+    "averaged or ema checkpoint older than the latest one is passed over). The program says which "
+    "one it used.")
 
 FLAGS = flags.FLAGS
 
@@ -22,7 +23,7 @@ FLAGS = flags.FLAGS
 def load_translator(decoding_config, vocab_path=None):
     """``(translator, loaded)``: the run's ``Translator`` with the checkpoint of the flags, and a
     line saying which checkpoint (and why that one) and which search settings, e.g.
-    ``runs/x/averaged/ckpt (averaged; the default: averaged, else best, else latest), beam 4,
+    ``runs/x/averaged/ckpt (averaged; the default: averaged, else ema, else best, else latest), beam 4,
     alpha 0.6, extra length 50``."""
     from keras_transformer import runs
 

@@ -104,7 +104,7 @@ flags.DEFINE_bool("keep_best_bleu", False,
 flags.DEFINE_string(
     "init_from", None,
     "Fine-tune: start this new run from the model weights of another run, RUN_DIR (its averaged, "
-    "else best, else latest checkpoint) or a checkpoint prefix (e.g. runs/x/ckpt-1000). Only the "
+    "else ema, else best, else latest checkpoint) or a checkpoint prefix (e.g. runs/x/ckpt-1000). Only the "
     "weights: a fresh optimizer, step 0, the schedule of --warmup_steps and "
     "--learning_rate_scale. It trains with the source run's vocabulary (a warning names its "
     "unknown-piece rate on this training text), and the model flags must give the source's "
@@ -122,6 +122,17 @@ flags.DEFINE_enum("early_stopping_metric", "loss", ["loss", "bleu"],
 flags.DEFINE_float("early_stopping_min_delta", 0.0,
                    "An evaluation improves only if it beats the best so far by more than this "
                    "(in loss or BLEU points).")
+flags.DEFINE_float(
+    "ema_decay", None,
+    "Keep an exponential moving average of the weights with this decay (as fairseq's ema-decay; "
+    "e.g. 0.999 averages over roughly the last 1/(1-0.999) = 1000 updates). It is saved in every "
+    "checkpoint, the dev set is evaluated with it, and the end of training writes it to "
+    "MODEL_DIR/ema/ckpt, the checkpoint named ema in evaluate, translate and export. Unset: none.")
+flags.DEFINE_bool(
+    "export_best", False,
+    "Whenever the dev BLEU is the best so far, export that model for serving to "
+    "MODEL_DIR/best_export/<step> (and best_export_ids), deleting the previous best: one "
+    "complete export at any moment. Needs --dev_bleu_sentences > 0.")
 flags.DEFINE_enum("resume_data", "skip", ["skip", "restart"],
                   "On resume, skip the batches already trained on (exact) or restart the input "
                   "pipeline (fast for long runs).")
@@ -148,6 +159,8 @@ for _name in ("train_minutes", "checkpoint_every_minutes"):
     flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive.")
 flags.register_validator("learning_rate_scale", lambda v: v > 0,
                          "--learning_rate_scale must be positive.")
+flags.register_validator("ema_decay", lambda v: v is None or 0.0 < v < 1.0,
+                         "--ema_decay must be in (0, 1), e.g. 0.999.")
 flags.register_validator("early_stopping_min_delta", lambda v: 0.0 <= v < float("inf"),
                          "--early_stopping_min_delta must be a number >= 0.")
 
@@ -179,7 +192,8 @@ def training_config(model_dir: str):
             init_from=FLAGS.init_from or None,
             early_stopping_patience=FLAGS.early_stopping_patience or None,
             early_stopping_metric=FLAGS.early_stopping_metric,
-            early_stopping_min_delta=FLAGS.early_stopping_min_delta)
+            early_stopping_min_delta=FLAGS.early_stopping_min_delta,
+            ema_decay=FLAGS.ema_decay)
     except ValueError as error:
         if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
             raise app.UsageError("--train_steps=0 needs --train_minutes, or training never "
@@ -208,8 +222,11 @@ def check_model_flags():
 
 def check_fine_tuning(model_dir: str):
     """--init_from names a run whose model the flags give (unless ``model_dir`` resumes from
-    checkpoints of its own), and early stopping has the evaluations it watches: one line each,
-    before any slow work."""
+    checkpoints of its own), and early stopping and --export_best have the evaluations they
+    watch: one line each, before any slow work."""
+    if FLAGS.export_best and not FLAGS.dev_bleu_sentences:
+        raise app.UsageError("--export_best exports on the best dev BLEU: it needs "
+                             "--dev_bleu_sentences > 0.")
     if FLAGS.early_stopping_patience and not FLAGS.dev_every_steps:
         raise app.UsageError(f"--early_stopping_patience={FLAGS.early_stopping_patience} needs "
                              "--dev_every_steps > 0: the dev evaluations it counts.")
@@ -253,12 +270,17 @@ def make_strategy():
 
 
 def train(data, config, strategy, log=print) -> dict:
-    """``training.run.train_run`` with the flags' model and dev BLEU settings."""
+    """``training.run.train_run`` with the flags' model, dev BLEU and export-on-best settings."""
     from keras_transformer.training.run import train_run
 
+    callbacks = []
+    if FLAGS.export_best:
+        from keras_transformer.export import ExportBest
+
+        callbacks.append(ExportBest())  # the search of the dev BLEU it was chosen by
     return train_run(data, config, FLAGS.preset, model_overrides(), strategy,
                      dev_bleu_sentences=FLAGS.dev_bleu_sentences,
-                     keep_best_bleu=FLAGS.keep_best_bleu, log=log)
+                     keep_best_bleu=FLAGS.keep_best_bleu, log=log, callbacks=callbacks)
 
 
 def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:

@@ -96,6 +96,12 @@ class DataConfig:
         return DEFAULT_VOCAB_SIZES.get(self.dataset, DEFAULT_VOCAB_SIZE)
 
     @property
+    def target_language(self) -> str:
+        """The language code of the target side, for sacreBLEU's tokenizer and the compound
+        splitting of the paper's BLEU: "fr" for WMT14 En-Fr, else "de"."""
+        return "fr" if self.dataset == "wmt14_en_fr" else "de"
+
+    @property
     def effective_vocab_path(self) -> str:
         """``vocab_path`` or ``data_dir/vocab/<dataset>-<size>.model`` (files: + a spec hash)."""
         if self.vocab_path:

@@ -71,10 +71,16 @@ def export_settings(translator):
     config.json (``runs.data_config`` reads either), so that the export can be scored on that
     corpus' test split. Paths are recorded as the training command was given them: relative ones
     resolve from the folder it ran in. ``"data"`` is None for a Translator not loaded from a run
-    folder (only ``runs.load_translator`` knows the run's corpus)."""
+    folder (only ``runs.load_translator`` knows the run's corpus), unless it is given one.
+    ``"selected"``: why these weights, where the translator says (``--export_best``: the step
+    and its dev BLEU)."""
     data = getattr(translator, "data_config", None)
-    return {"model": translator.model.config.to_dict(), "decoding": decoding_settings(translator),
-            "data": None if data is None else dataclasses.asdict(data)}
+    settings = {"model": translator.model.config.to_dict(),
+                "decoding": decoding_settings(translator),
+                "data": None if data is None else dataclasses.asdict(data)}
+    if getattr(translator, "selected", None) is not None:
+        settings["selected"] = translator.selected
+    return settings
 
 
 def recorded_settings(path):

@@ -7,6 +7,7 @@ import importlib
 _MODULES = {
     "callbacks": ("Callback", "ProgressLine", "TensorBoard"),
     "early_stopping": ("EarlyStopping",),
+    "ema": ("moving_average_weights", "moving_averages"),
     "checkpoints": ("Checkpointer", "average_checkpoints", "checkpoint_paths", "model_checkpoint",
                     "restore_model", "write_averaged_checkpoint"),
     "loss": ("LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy", "loss_accuracy_and_nll",

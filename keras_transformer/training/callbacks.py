@@ -46,6 +46,8 @@ def timestamped(line: str) -> str:
 
 class Callback:
     trainer = None  # set by Trainer.fit
+    # Whether it reads the dev BLEU (logs["bleu"]): train_run then refuses a run without one.
+    requires_dev_bleu = False
 
     def on_begin(self, step: int) -> None:
         pass
@@ -107,9 +109,10 @@ class ProgressLine(Callback):
 
     def on_dev(self, step, logs):
         bleu = f" | dev BLEU {logs['bleu']:.2f}" if "bleu" in logs else ""
+        exported = f" | best so far, exported to {logs['exported']}" if "exported" in logs else ""
         self.write(timestamped(
             f"step {step} | dev loss {logs['loss']:.4f} | dev nll {logs['nll']:.4f} | "
-            f"dev ppl {logs['perplexity']:.2f} | dev acc {logs['accuracy']:.3f}" + bleu))
+            f"dev ppl {logs['perplexity']:.2f} | dev acc {logs['accuracy']:.3f}" + bleu + exported))
 
     def on_end(self, summary):
         reason = summary.get("stop_reason")

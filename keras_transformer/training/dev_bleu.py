@@ -46,6 +46,16 @@ class DevBleu(Callback):
             self._translate = translator.text_function()
         return self._translate
 
+    def on_begin(self, step):
+        # A resumed run keeps the best of its earlier runs unless it beats it.
+        if self.keep_best and self.best is None:
+            path = os.path.join(self.trainer.config.model_dir, BEST_RECORD)
+            try:
+                with tf.io.gfile.GFile(path) as stream:
+                    self.best = float(json.load(stream)["bleu"])
+            except (tf.errors.NotFoundError, ValueError, KeyError, TypeError):
+                self.best = None
+
     def on_dev(self, step, logs):
         try:
             results = translate_in_batches(self._translate_fn(), self.sources, self.batch_size)

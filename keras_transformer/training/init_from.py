@@ -2,7 +2,7 @@
 ``--restore-file --reset-optimizer --reset-lr-scheduler``, OpenNMT-tf's ``--checkpoint_path``).
 
 ``TrainingConfig(init_from=RUN_OR_CHECKPOINT)``: a run folder (its default checkpoint: averaged,
-else best, else latest, see ``runs.default_checkpoint``) or a checkpoint prefix. Only the model's
+else ema, else best, else latest, see ``runs.default_checkpoint``) or a checkpoint prefix. Only the model's
 weights are loaded; the optimizer, the step and the schedule start fresh. The new run uses the
 source run's vocabulary (its embedding rows belong to it) and must have the same architecture;
 the regularisers (dropouts, label smoothing) may differ. Its ``config.json`` records the source

@@ -11,14 +11,15 @@ checkpoint (``summary["stop_reason"]``); a NaN/Inf update raises ``NonFiniteErro
 
 import dataclasses
 import os
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 from absl import logging
 
 from keras_transformer import data, runs, writing
 from keras_transformer.config import TransformerConfig
-from keras_transformer.training.callbacks import ProgressLine, TensorBoard, timestamped
+from keras_transformer.training.callbacks import (Callback, ProgressLine, TensorBoard,
+                                                  timestamped)
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.training import init_from
 from keras_transformer.training.strategy import describe, is_chief
@@ -33,11 +34,13 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
               model_overrides: Optional[dict] = None,
               strategy: Optional[tf.distribute.Strategy] = None, dev_bleu_sentences: int = 200,
               keep_best_bleu: bool = False, log: Callable[[str], None] = print,
-              run_info: Optional[dict] = None) -> dict:
+              run_info: Optional[dict] = None, callbacks: Sequence[Callback] = ()) -> dict:
     """Trains the ``preset`` model (with ``model_overrides`` of its TransformerConfig fields) on
     ``data_config`` as ``training_config`` says; returns the summary (also in
     ``model_dir/summary.json``). ``log`` receives the start line and the progress lines.
-    Data errors are ValueErrors naming the file, flag or split."""
+    ``callbacks`` run after the dev BLEU's and before the progress line's (e.g. the export of
+    the best dev BLEU, ``export.ExportBest``). Data errors are ValueErrors naming the file, flag
+    or split."""
     strategy = strategy or tf.distribute.get_strategy()
     tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
     train_fn = data.make_distributed_dataset_fn(data_config, tokenizer, "train", training=True,
@@ -58,6 +61,11 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
             f"early_stopping_metric={training_config.early_stopping_metric} needs "
             + ("a dev set (dev_data)" if dev_fn is None else "dev BLEU (dev_bleu_sentences > 0)")
             + " to evaluate on.")
+    for callback in callbacks:
+        if callback.requires_dev_bleu and (dev_fn is None or not dev_bleu_sentences):
+            raise ValueError(f"{type(callback).__name__} needs dev BLEU: "
+                             + ("a dev set (dev_data)" if dev_fn is None
+                                else "dev_bleu_sentences > 0") + ".")
 
     model_config = TransformerConfig.from_preset(preset, vocab_size=tokenizer.vocab_size,
                                                  **(model_overrides or {}))
@@ -70,7 +78,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     chief = is_chief(strategy)
     if chief:  # the vocabulary travels with the checkpoints (what translate/export look for)
         writing.write_file(os.path.join(model_dir, runs.VOCABULARY_FILE), tokenizer.model_proto)
-    callbacks = []
+    extra_callbacks, callbacks = list(callbacks), []
     if dev_fn is not None and dev_bleu_sentences:
         from keras_transformer.training.dev_bleu import DevBleu
 
@@ -78,6 +86,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
                      .as_numpy_iterator())
         callbacks.append(DevBleu(tokenizer, [s.decode() for s, _ in pairs],
                                  [t.decode() for _, t in pairs], keep_best=keep_best_bleu))
+    callbacks += extra_callbacks
     callbacks.append(ProgressLine(log, training_config.train_steps))
     if chief:
         callbacks.append(TensorBoard(model_dir))

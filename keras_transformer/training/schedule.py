@@ -7,6 +7,8 @@ update); the paper's ``step_num`` counts updates from 1, so update ``i`` (0-base
 ``step_num = i + 1``. Without that shift the first update would have a learning rate of 0.
 """
 
+from typing import Optional
+
 import keras
 import tensorflow as tf
 
@@ -58,16 +60,22 @@ class SummedGradientsAdam(keras.optimizers.Adam):
 
 
 def paper_optimizer(d_model: int, warmup_steps: int = 4000, scale: float = 1.0,
-                    loss_scaling: bool = False) -> keras.optimizers.Optimizer:
+                    loss_scaling: bool = False,
+                    ema_decay: Optional[float] = None) -> keras.optimizers.Optimizer:
     """Adam(beta_1=0.9, beta_2=0.98, epsilon=1e-9) on the schedule of Eq. (3) (section 5.3).
 
     ``loss_scaling=True`` wraps it in a dynamic ``keras.optimizers.LossScaleOptimizer``, which
     ``float16`` training needs (``bfloat16`` has float32's exponent range and does not).
+    ``ema_decay``: the optimizer also keeps an exponential moving average of the trainable
+    weights (Keras's ``use_ema``: the first update copies the weights, every later one mixes
+    ``average = decay * average + (1 - decay) * weights``), an optimizer variable saved and
+    restored with its checkpoints; see ``training/ema.py``.
     Create it inside ``strategy.scope()`` so its slots are mirrored like the weights.
     """
+    ema = {} if ema_decay is None else {"use_ema": True, "ema_momentum": float(ema_decay)}
     optimizer = SummedGradientsAdam(
         learning_rate=TransformerSchedule(d_model, warmup_steps, scale),
-        beta_1=0.9, beta_2=0.98, epsilon=1e-9,
+        beta_1=0.9, beta_2=0.98, epsilon=1e-9, **ema,
     )
     if loss_scaling:
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)

@@ -4,8 +4,9 @@
 builds the model and the paper's optimizer inside ``strategy.scope()``, resumes from the latest
 checkpoint in ``model_dir`` (a new run: from another run's weights with ``init_from``), trains
 until ``train_steps`` or ``train_minutes`` or SIGTERM (or early stopping on the dev set),
-checkpoints every N steps and M minutes, evaluates on the dev set, optionally averages the
-last checkpoints, and returns (and writes) a JSON summary.
+checkpoints every N steps and M minutes, evaluates on the dev set (with the moving average of
+the weights if it keeps one, ``ema_decay``), optionally averages the last checkpoints, and returns
+(and writes) a JSON summary.
 
 Dataset functions take a ``tf.distribute.InputContext`` and return the per-replica
 ``tf.data.Dataset`` of ``((source_ids, target_input_ids), target_output_ids)`` batches (the data
@@ -26,8 +27,10 @@ from keras_transformer.config import TransformerConfig
 from keras_transformer.runs import PRECISION_POLICIES, build_model
 from keras_transformer.training.callbacks import Callback
 from keras_transformer.training.checkpoints import (Checkpointer, checkpoint_paths,
-                                                    write_averaged_checkpoint)
+                                                    write_averaged_checkpoint,
+                                                    write_model_checkpoint)
 from keras_transformer.training.early_stopping import METRICS, EarlyStopping
+from keras_transformer.training.ema import moving_average_weights
 from keras_transformer.training.init_from import check_model
 from keras_transformer.training.init_from import resolve as resolve_init_source
 from keras_transformer.training.init_from import restore as restore_init_source
@@ -58,7 +61,9 @@ class TrainingConfig:
     them instead. ``early_stopping_patience``: stop after this many dev evaluations (every
     ``dev_every_steps``) without an improvement of the dev ``early_stopping_metric`` ("loss" or
     "bleu", the latter needs a dev-BLEU callback) by more than ``early_stopping_min_delta``
-    (None: never).
+    (None: never). ``ema_decay``: keep an exponential moving average of the weights with this
+    decay in (0, 1) (``training/ema.py``): the dev set is evaluated with it, and the end of
+    training writes it to ``model_dir/ema/ckpt`` (None: no average).
     """
 
     model_dir: str
@@ -80,6 +85,7 @@ class TrainingConfig:
     early_stopping_patience: Optional[int] = None
     early_stopping_metric: str = "loss"
     early_stopping_min_delta: float = 0.0
+    ema_decay: Optional[float] = None
 
     def __post_init__(self):
         def positive(name, integer=True, optional=False):
@@ -118,6 +124,11 @@ class TrainingConfig:
         elif self.early_stopping_metric not in METRICS:
             raise ValueError(f"early_stopping_metric must be one of {sorted(METRICS)}, got "
                              f"{self.early_stopping_metric!r}.")
+        if self.ema_decay is not None and (
+                isinstance(self.ema_decay, bool) or not isinstance(self.ema_decay, (int, float))
+                or not 0.0 < self.ema_decay < 1.0):
+            raise ValueError(f"ema_decay must be a number in (0, 1), e.g. 0.999, got "
+                             f"{self.ema_decay!r}.")
         if self.init_from is not None and not self.init_from:
             raise ValueError("init_from='': name a run folder or a checkpoint prefix, or None.")
         if not 0 <= self.average_last <= self.keep_checkpoints:
@@ -155,7 +166,7 @@ class Trainer:
                                                                  config.mixed_precision)
             self.optimizer = paper_optimizer(
                 model_config.d_model, config.warmup_steps, config.learning_rate_scale,
-                loss_scaling=config.mixed_precision == "float16")
+                loss_scaling=config.mixed_precision == "float16", ema_decay=config.ema_decay)
             # Built here, not lazily in the first step: a Keras 3 optimizer whose slots are
             # created inside the step's tf.function fails ("You must feed a value for placeholder").
             self.optimizer.build(self.model.trainable_variables)
@@ -197,6 +208,16 @@ class Trainer:
             previous_run = runs.read_config(self.config.model_dir)
             if runs.INIT_FROM_KEY in previous_run:  # where its first weights came from, for good
                 info[runs.INIT_FROM_KEY] = previous_run[runs.INIT_FROM_KEY]
+            previous_ema = (previous_run.get("training") or {}).get("ema_decay")
+            if (previous_ema is None) != (self.config.ema_decay is None):
+                # The averages are optimizer variables: with or without them, the optimizer's
+                # variables are numbered differently and a restore would mix them up.
+                raise ValueError(
+                    f"{self.config.model_dir} holds checkpoints of a run "
+                    + ("without" if previous_ema is None else f"with ema_decay={previous_ema}")
+                    + " a moving average of the weights; resume it "
+                    + ("without --ema_decay" if previous_ema is None else "with --ema_decay")
+                    + ", or use another model_dir.")
             previous = previous_run.get("model")
             # Through from_dict, so fields added since that run was written take their defaults.
             previous = TransformerConfig.from_dict(previous).to_dict() if previous else {}
@@ -244,7 +265,7 @@ class Trainer:
         self._write_run_config()
         if self.chief:  # what a killed run left half-written
             writing.remove_leftovers(config.model_dir, checkpoints=True)
-            for folder in (runs.AVERAGED, runs.BEST):
+            for folder in (runs.AVERAGED, runs.EMA, runs.BEST):
                 writing.remove_leftovers(os.path.join(config.model_dir, folder))
         restored = self.restore()
         if restored is None and self.init_source is not None:
@@ -399,6 +420,8 @@ class Trainer:
                 with signals.raising():
                     if dev_data is not None and run["dev_logs"].get("step") != step:
                         run["dev_logs"] = self._evaluate(dev_data, step, callbacks)
+                    if config.ema_decay and self.chief:
+                        run["ema"] = self.write_moving_average()
                     if config.average_last and self.chief:
                         averaged = self.average_last(config.average_last)
             except signals.Interrupted:
@@ -424,7 +447,7 @@ class Trainer:
             "final_dev_loss": dev_logs.get("loss"), "final_dev_accuracy": dev_logs.get("accuracy"),
             "final_dev_perplexity": dev_logs.get("perplexity"),
             "resumed_from": run["restored"], "latest_checkpoint": self.checkpointer.latest,
-            "averaged_checkpoint": averaged,
+            "averaged_checkpoint": averaged, "ema_checkpoint": run.get("ema"),
             "num_replicas": self.strategy.num_replicas_in_sync,
             "early_stopping": self.early_stopping.state() if self.early_stopping else None,
         }
@@ -441,11 +464,21 @@ class Trainer:
         return min(candidates) if candidates else None
 
     def _evaluate(self, dev_data, step, callbacks):
-        logs = self.train_step.evaluate(dev_data)
-        logs["step"] = step
-        for callback in callbacks:
-            callback.on_dev(step, logs)
+        # With an EMA, what is evaluated (and what a dev-BLEU callback keeps as the best) is the
+        # average: the weights that would be exported.
+        with moving_average_weights(self.model, self.optimizer):
+            logs = self.train_step.evaluate(dev_data)
+            logs["step"] = step
+            for callback in callbacks:
+                callback.on_dev(step, logs)
         return logs
+
+    def write_moving_average(self) -> str:
+        """Writes the moving average of the weights (``ema_decay``) as ``model_dir/ema/ckpt``,
+        model weights only, like an averaged checkpoint; returns its prefix."""
+        with moving_average_weights(self.model, self.optimizer):
+            return write_model_checkpoint(self.model,
+                                          os.path.join(self.config.model_dir, runs.EMA_PREFIX))
 
     def average_last(self, count: int) -> str:
         """Averages the last ``count`` checkpoints of ``model_dir`` into ``model_dir/averaged/ckpt``
