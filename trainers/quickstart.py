@@ -471,7 +471,7 @@ def main(argv):
     checks.output_dir("export_dir", FLAGS.export_dir)
     config = data_flags.data_config(xla=FLAGS.xla)
     wmt.check_model_flags()  # the trainer's own checks of its flags
-    wmt.check_fine_tuning(FLAGS.model_dir)
+    wmt.check_training_flags(FLAGS.model_dir)
     if not FLAGS["keep_checkpoints"].present:  # only those it averages
         FLAGS.keep_checkpoints = max(FLAGS.average_last, 1)
     wmt.training_config(FLAGS.model_dir)

@@ -220,7 +220,7 @@ def check_model_flags():
             f"--preset={FLAGS.preset} with overrides {model_overrides()}: {error}") from None
 
 
-def check_fine_tuning(model_dir: str):
+def check_training_flags(model_dir: str):
     """--init_from names a run whose model the flags give (unless ``model_dir`` resumes from
     checkpoints of its own), and early stopping and --export_best have the evaluations they
     watch: one line each, before any slow work."""
@@ -327,7 +327,7 @@ def main(argv):
         checks.output_dir("export_dir", FLAGS.export_dir)
     data = data_flags.data_config(xla=FLAGS.xla)
     check_model_flags()
-    check_fine_tuning(model_dir)
+    check_training_flags(model_dir)
     config = training_config(model_dir)
     check_dataset_choice()
     strategy = make_strategy()

@@ -40,13 +40,11 @@ class ExportBest(Callback):
         self.decoding_config = decoding_config
         self.tokenizer = self.data_config = self.best = self.paths = None
 
-    @property
-    def export_dir(self) -> str:
-        return self.trainer.config.model_dir
-
     def _bases(self):
-        return [os.path.join(self.export_dir, runs.BEST_EXPORT),
-                os.path.join(self.export_dir, f"{runs.BEST_EXPORT}_ids")]
+        """The two base folders ``export_for_serving`` writes (text, ids) in the run folder."""
+        model_dir = self.trainer.config.model_dir
+        return [os.path.join(model_dir, runs.BEST_EXPORT),
+                os.path.join(model_dir, f"{runs.BEST_EXPORT}_ids")]
 
     def on_begin(self, step):
         if not self.trainer.chief:
@@ -72,8 +70,8 @@ class ExportBest(Callback):
         translator.data_config = self.data_config
         translator.selected = {"step": step, "dev_bleu": bleu}
         try:
-            self.paths = export_for_serving(translator, self.export_dir, runs.BEST_EXPORT,
-                                            version=step)
+            self.paths = export_for_serving(translator, self.trainer.config.model_dir,
+                                            runs.BEST_EXPORT, version=step)
         except (ValueError, OSError, tf.errors.OpError) as error:
             # As for the dev BLEU: a failed export (a full disk) must not end a long run; the
             # previous best stays whole, and the next improvement tries again.
