@@ -1,6 +1,6 @@
 """Every benchmark in one command, one JSON file and one Markdown report with the targets.
 
-    python -m benchmarks                                   # ~1 hour on 2 cores; writes benchmarks/results/
+    python -m benchmarks                                   # every part; writes benchmarks/results/
     python -m benchmarks --model_dir=runs/quickstart       # decoding on a trained model (CTranslate2 too)
     python -m benchmarks --smoke --output_dir=/tmp/bench   # seconds per part: every code path once
     python -m benchmarks --parts=                          # the report again from the JSON files
@@ -9,17 +9,17 @@ Runs, each in a fresh process (so each measures its own memory and thread pools)
 
 * ``benchmarks.training_throughput``: the float32 and bfloat16 matmul peaks, then training
   tokens/s and model FLOP/s of ``small`` and ``base`` in float32 / bfloat16, XLA off / on, on
-  real token-budget batches;
+  real token-budget batches, and of the main job's model;
+* ``benchmarks.profile_step``: where a training step's time goes (TensorFlow's profiler), so that
+  each missed training goal of the targets table names the largest items besides the matmuls;
 * ``benchmarks.decoding``: greedy and beam 4 on real test sentences (cache on/off, XLA on/off,
   batch sizes), decode time vs output length, and CTranslate2 float32 on the same weights;
 * ``benchmarks.input_pipeline``: tokenization + bucketing speed.
 
-and writes OUTPUT_DIR/PART.json for each, OUTPUT_DIR/report.json (all of them plus the targets)
-and OUTPUT_DIR/report.md. With --parts, the parts not run are taken from OUTPUT_DIR's earlier
-JSON files, each section stating when it was measured. If OUTPUT_DIR/profile.json exists
-(``python -m benchmarks.profile_step --output=OUTPUT_DIR/profile.md``), each missed training goal
-of the targets table names the largest items of that profile. The README quotes the committed
-benchmarks/results/report.md.
+and writes each part's JSON (and profile.md) to OUTPUT_DIR, OUTPUT_DIR/report.json (all of them
+plus the targets) and OUTPUT_DIR/report.md. With --parts, the parts not run are taken from
+OUTPUT_DIR's earlier JSON files, each section stating when it was measured. docs/performance.md
+quotes the committed benchmarks/results/.
 """
 
 import os
@@ -29,27 +29,36 @@ import sys
 from absl import app, flags
 
 from benchmarks import common
-from benchmarks.targets import (comparison_markdown, decoding_targets, repeat_target,
-                               training_targets)
+from benchmarks.targets import decoding_targets, training_targets
+from trainers import console
+
+# part: (the report's title, the file it writes in --output_dir; its JSON is beside it).
+PARTS = {"training_throughput": ("Training throughput", "training_throughput.json"),
+         "profile_step": ("Where a training step's time goes", "profile.md"),
+         "decoding": ("Decoding", "decoding.json"),
+         "input_pipeline": ("Input pipeline", "input_pipeline.json")}
 
 flags.DEFINE_string("output_dir", None, "Where the JSON files and report.md go (default "
                     "benchmarks/results, or runs/benchmarks/smoke with --smoke).")
 flags.DEFINE_string("model_dir", None, "A training run whose (averaged) weights the decoding "
                     "benchmark uses; default a randomly initialised small model.")
 flags.DEFINE_string("checkpoint", "averaged", "With --model_dir: which checkpoint.")
-flags.DEFINE_list("parts", ["training_throughput", "decoding", "input_pipeline"],
-                  "Which benchmarks to run (the others' earlier results in --output_dir are "
-                  "reported again); empty (--parts=): none, the report is written again.")
+flags.DEFINE_list("parts", list(PARTS), "Which benchmarks to run (the others' earlier results in "
+                  "--output_dir are reported again); empty (--parts=): none, the report is "
+                  "written again.")
 flags.DEFINE_bool("smoke", False, "Each part in its seconds-long smoke mode.")
 flags.DEFINE_string("data_dir", None, "Data directory of the Ding corpus (default: each part's).")
 
 FLAGS = flags.FLAGS
-PARTS = ("training_throughput", "decoding", "input_pipeline")
-TITLES = {"training_throughput": "Training throughput", "decoding": "Decoding",
-          "input_pipeline": "Input pipeline"}
 
-def run_part(part, output):
-    command = [sys.executable, "-m", f"benchmarks.{part}", f"--output={output}"]
+
+def json_path(output_dir, part):
+    return os.path.splitext(os.path.join(output_dir, PARTS[part][1]))[0] + ".json"
+
+
+def run_part(part, output_dir):
+    command = [sys.executable, "-m", f"benchmarks.{part}",
+               f"--output={os.path.join(output_dir, PARTS[part][1])}"]
     if FLAGS.smoke:
         command.append("--smoke")
     if FLAGS.data_dir:
@@ -59,9 +68,9 @@ def run_part(part, output):
     print(f"\n=== {part}: {' '.join(command[1:])} ===", flush=True)
     code = subprocess.call(command)
     if code != 0:
-        sys.exit(f"benchmarks: part '{part}' failed (exit status {code}); its output is above. "
-                 f"Run `{' '.join(command[1:])}` alone to repeat it.")
-    return read_part(output)
+        console.error_exit(f"part '{part}' failed (exit status {code}); its output is above. "
+                           f"Run `{' '.join(command[1:])}` alone to repeat it.")
+    return read_part(json_path(output_dir, part))
 
 
 def read_part(path):
@@ -81,16 +90,7 @@ def report(results, output_dir):
     targets = []
     if "training_throughput" in results:
         lines += [common.peak_line(results["training_throughput"]), ""]
-        # benchmarks.profile_step's breakdown, if one was written here: why a goal is missed.
-        profile_path = os.path.join(output_dir, "profile.json")
-        profile = read_part(profile_path) if os.path.exists(profile_path) else None
-        targets += training_targets(results["training_throughput"], profile)
-    # A second training run compared with the first (training_throughput --compare): whether
-    # the ratios repeat within noise.
-    repeat_path = os.path.join(output_dir, "training_throughput_repeat.json")
-    repeat = read_part(repeat_path) if os.path.exists(repeat_path) else None
-    if repeat and repeat.get("comparison"):
-        targets.append(repeat_target(repeat))
+        targets += training_targets(results["training_throughput"], results.get("profile_step"))
     if "decoding" in results:
         targets += decoding_targets(results["decoding"])
     if targets:
@@ -99,7 +99,7 @@ def report(results, output_dir):
     for part, result in results.items():
         measured = result["machine"]
         end = measured.get("load_average_at_end")
-        lines += [f"## {TITLES[part]}", "", f"Measured {measured['date']}, load average "
+        lines += [f"## {PARTS[part][0]}", "", f"Measured {measured['date']}, load average "
                   f"{measured['load_average'][0]} at the start"
                   + (f", {end[0]} at the end" if end else "") + ".", ""]
         if part == "training_throughput":
@@ -110,16 +110,9 @@ def report(results, output_dir):
                       f"of {result['runs']} passes.", ""]
         if part == "decoding":
             lines += [f"{result['model']}; median [min, max] of {result['runs']} runs.", ""]
-        tables = result["markdown"]
+        # A profile written before its JSON kept its tables is only linked.
+        tables = result.get("markdown", f"[{PARTS[part][1]}]({PARTS[part][1]})")
         lines += ["\n\n".join(tables.values()) if isinstance(tables, dict) else tables, ""]
-        if part == "training_throughput" and repeat and repeat.get("comparison"):
-            lines += ["### The same rows measured again", "",
-                      f"Measured {repeat['machine']['date']}, load average "
-                      f"{repeat['machine']['load_average'][0]} at the start: `python -m "
-                      "benchmarks.training_throughput --xla=off --main_job=false --before= "
-                      f"--batches={repeat['data']['batches']} --runs={repeat['runs']} "
-                      f"--compare={repeat['comparison']['earlier']}`.", "",
-                      comparison_markdown(repeat["comparison"]), ""]
     text = "\n".join(lines)
     from keras_transformer import writing
 
@@ -130,8 +123,7 @@ def report(results, output_dir):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv  # console.run has refused stray arguments
     unknown = set(FLAGS.parts) - set(PARTS)
     if unknown:
         raise app.UsageError(f"--parts={','.join(FLAGS.parts)}: choose from {', '.join(PARTS)}.")
@@ -140,9 +132,9 @@ def main(argv):
     os.makedirs(output_dir, exist_ok=True)
     results = {}
     for part in PARTS:
-        path = os.path.join(output_dir, f"{part}.json")
+        path = json_path(output_dir, part)
         if part in FLAGS.parts:
-            results[part] = run_part(part, path)
+            results[part] = run_part(part, output_dir)
         elif os.path.exists(path):
             print(f"\n=== {part}: not run; reporting the earlier results in {path} ===")
             results[part] = read_part(path)
@@ -153,6 +145,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
-
-    app.run(main, flags_parser=parse_flags)
+    console.run(main)

@@ -124,6 +124,25 @@ MAIN_JOB = dict(preset="mini", dataset="libreoffice_help_en_de", vocab_size=2000
                 mixed_precision="auto")
 
 
+def train_step(preset, precision, vocab_size, xla=False, overrides=None):
+    """(config, model, the trainer's TrainStep on it with the paper's optimizer) of a fresh model
+    of ``preset``, seeded so that every configuration starts from the same weights."""
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer.training import TrainStep, paper_optimizer
+    from keras_transformer.weights import build_model
+
+    keras.utils.set_random_seed(0)
+    config = kt.TransformerConfig.from_preset(preset, vocab_size=vocab_size, max_length=256,
+                                              **(overrides or {}))
+    model = build_model(config, precision)
+    optimizer = paper_optimizer(config.d_model)
+    optimizer.build(model.trainable_variables)
+    step = TrainStep(model, optimizer, label_smoothing=config.label_smoothing, jit_compile=xla)
+    return config, model, step
+
+
 def parameter_counts(model):
     """(encoder weights, decoder weights, pre-softmax projection weights)."""
     import numpy as np

@@ -10,23 +10,20 @@ offline Ding corpus by default; with --model_dir the run's own data and vocabula
 multiple of 8 tokens and decoded into a buffer of that length + --extra_length, so XLA compiles few
 shapes; the first pass over the batches (tracing, compiling) is reported separately and not timed.
 
-* cached: one ``model.decode_step`` per output position (what ``inference.Translator`` runs);
-* uncached: every step re-runs the teacher-forced decoder over the prefix decoded so far, as a
-  naive implementation would (without XLA over ``ids[:, :i + 1]``; XLA needs static shapes, so
-  there it runs over the whole buffer, the causal mask hiding the future; see
+Every search goes through ``inference.Translator.search``, the door the translator and the exports
+use, which decides the cache:
+
+* cached (``incremental=True``): one ``model.decode_step`` per output position; the self-attention
+  keys/values grow by one step per step, the encoder's keys/values are kept once per sentence, and
+  a sentence whose result is final leaves the batch. XLA needs fixed shapes, so under XLA the cache
+  is buffers of the batch's output buffer length and every sentence stays until all are done;
+* uncached (``incremental=False``): every step re-runs the teacher-forced decoder over the prefix
+  decoded so far, as a naive implementation would (under XLA over the whole buffer, the causal
+  mask hiding the future; see
   tests/test_inference.py::test_cached_search_equals_rerunning_the_whole_prefix).
 
-The length sweep forces every output to exactly N tokens (EOS masked, limit N) and reports the time
+The length sweep forces every output to exactly N tokens (EOS banned, limit N) and reports the time
 per sentence and per decoder step: constant per step with the cache, growing with N without it.
-
-The cached search without XLA is the Translator's (``inference.search_inputs``): the self-attention
-keys/values grow by one step per step, the encoder's keys/values are kept once per sentence, and a
-sentence whose result is final leaves the batch; XLA needs fixed shapes, so with XLA the cache is
-buffers of the batch's output buffer length and every sentence stays until all are done.
-
-Translator rows time ``inference.Translator.translate_ids`` itself (what the SavedModel runs) next
-to the search it had before (fixed buffers of padded source width + extra_length, encoder keys and
-values copied and reordered per beam, no sentence leaving the batch), in one run.
 
 The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
 weights with ``keras_transformer.export.ctranslate2`` and decodes the same test sentences, batched
@@ -37,13 +34,13 @@ TensorFlow graph runs independent ops on its inter-op threads, so one intra-op t
 keep two cores busy), CTranslate2's intra_threads (--threads). Greedy and beam 4, length penalty
 off (alpha 0 / length_penalty=0: the two length penalties differ), one length limit per batch
 (CTranslate2's max_decoding_length = longest source, at most the model's max_length, +
-extra_length, ours the same); pad and start are excluded on both sides. It reports both speeds, their ratio (of median wall-clock times, of the
-fastest runs, and of median CPU seconds, the least disturbed by other processes on a shared
-machine) and the fraction of identical translations (token ids). With random weights outputs run
-to the limit and near-ties decide long random sequences, so the identical fraction is only
-meaningful for a trained model (--model_dir). ``--before`` adds an earlier version of our code (a
-``keras_transformer`` folder, e.g. of a git worktree, with the same weights), timed in the same
-alternation: the before -> after column of a change.
+extra_length, ours the same); pad and start are excluded on both sides. It reports both speeds,
+their ratio (of median wall-clock times, of the fastest runs, and of median CPU seconds, the least
+disturbed by other processes on a shared machine) and the fraction of identical translations
+(token ids). With random weights outputs run to the limit and near-ties decide long random
+sequences, so the identical fraction is only meaningful for a trained model (--model_dir). A change
+is compared with the code before it by running this benchmark in a worktree of the parent commit
+too (docs/development.md).
 
 Without --model_dir the weights are random: speed depends on the weights only through the output
 lengths (a random model rarely emits EOS, so every output runs to input length + extra_length), and
@@ -55,10 +52,10 @@ import os
 import statistics
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from benchmarks import common
-from trainers import decoding_flags, thread_flags
+from trainers import console, decoding_flags, thread_flags
 
 flags.adopt_module_key_flags(thread_flags)
 # --alpha and --extra_length as every command has them; the beam sizes come from --searches.
@@ -84,7 +81,7 @@ flags.DEFINE_integer("uncached_max_length", 64, "Longest output length of the sw
                      "without the cache (128 steps uncached take minutes on 2 cores).")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "decoding.json"), "JSON results.")
 flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path: tiny model, 2 sentences.")
-PARTS = ("throughput", "translator", "sweep", "ctranslate2")
+PARTS = ("throughput", "sweep", "ctranslate2")
 flags.DEFINE_list("parts", list(PARTS), f"Which measurements: any of {', '.join(PARTS)}.")
 flags.DEFINE_integer("ctranslate2_sentences", 128, "Test sentences of the CTranslate2 comparison.",
                      lower_bound=1)
@@ -94,9 +91,6 @@ flags.DEFINE_integer("threads", 0, "CTranslate2 intra_threads (0: as many as Ten
                      "intra-op x inter-op threads).", lower_bound=0)
 flags.DEFINE_integer("inter_op_threads", 1, "TensorFlow inter-op threads (0: its default, one per "
                      "core).", lower_bound=0)
-flags.DEFINE_string("before", None, "CTranslate2 part: an earlier keras_transformer folder (or "
-                    "decoding.py) to time beside today's code (see benchmarks.search_ab).")
-flags.DEFINE_string("before_name", None, "What --before is (e.g. its commit), for the tables.")
 
 FLAGS = flags.FLAGS
 BUCKET = 8  # batches are padded to a multiple of this many tokens (few XLA shapes)
@@ -145,62 +139,32 @@ def load_model_and_sentences():
     return model, tokenizer, sentences, described + f"; {data_config.dataset} test sentences"
 
 
-def make_search(model, search, cached, xla, extra_length, alpha, forced_length=None,
-                per_beam_buffers=False):
-    """A tf.function: source_ids [batch, length] -> (best ids, best lengths, decoder steps).
+def make_search(model, tokenizer, search, cached, xla, extra_length, alpha, forced_length=None):
+    """A tf.function: source_ids [batch, length] -> (best ids, best lengths, decoder steps), the
+    search ``Translator.search`` runs (see the module docstring for ``cached`` and ``xla``).
 
-    The output buffer holds ``length + extra_length`` tokens, or ``forced_length`` with EOS masked
-    so every output has exactly that many tokens. The cache is the Translator's
-    (``inference.search_inputs``: growing self-attention keys/values, encoder keys/values once per
-    sentence, finished sentences leaving the batch); with XLA, fixed-size buffers of the output
-    buffer's length and no sentence leaving. ``per_beam_buffers``: the search before those changes,
-    fixed-size buffers with the encoder's keys/values copied and reordered per beam (the whole
-    ``model.init_cache`` given to the search), every sentence computed until all are done."""
+    The output buffer holds ``length + extra_length`` tokens, or ``forced_length`` with EOS banned
+    so every output has exactly that many tokens."""
     import tensorflow as tf
 
-    from keras_transformer import decoding
-    from keras_transformer.inference import search_inputs
-    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+    from keras_transformer.inference import DecodingConfig, Translator
+    from keras_transformer.tokenizer import END_ID
 
-    vocab = model.config.output_vocab_size
-    never = [PAD_ID, START_ID] + ([END_ID] if forced_length else [])
-    mask = tf.scatter_nd([[i] for i in never], [-1e9] * len(never), [vocab])
+    greedy = search == "greedy"
+    translator = Translator(model, tokenizer, DecodingConfig(
+        beam_size=1 if greedy else int(search[len("beam"):]), alpha=alpha,
+        extra_length=extra_length))
 
     def run(source_ids):
-        batch, length = tf.shape(source_ids)[0], source_ids.shape[1]
-        buffer = forced_length or length + extra_length
         if forced_length:
-            limits = tf.fill([batch], forced_length)
-        else:
-            limits = tf.reduce_sum(tf.cast(source_ids != PAD_ID, tf.int32), 1) + extra_length
-        memory, memory_mask = model.encode(source_ids)
-        options = {}
-        if per_beam_buffers:
-            cache = dict(zip(("self", "memory"), model.init_cache(memory, memory_mask, buffer)))
-            options["drop_finished"] = False
-
-            def step(ids, i, cache):
-                logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"])
-                return logits + mask, {"self": self_cache, "memory": cache["memory"]}
-        elif cached:
-            cache, options["shared_cache"], step = search_inputs(
-                model, memory, memory_mask, buffer if xla else None, logits_bias=mask)
-        else:
-            cache = {"memory": memory, "memory_mask": memory_mask}
-
-            def step(ids, i, cache):
-                prefix = ids[:, :buffer] if xla else ids[:, :i + 1]
-                logits = model.decode(prefix, cache["memory"], cache["memory_mask"])
-                return logits[:, i] + mask, cache
-
-        start = tf.fill([batch], START_ID)
-        if search == "greedy":
-            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits,
-                                            **options)
+            limits = dict(max_lengths=tf.fill([tf.shape(source_ids)[0]], forced_length),
+                          max_decode_length=forced_length, banned_ids=[END_ID])
+        else:  # the batch's own buffer, not the model's longest: the shapes XLA compiles
+            limits = dict(max_decode_length=source_ids.shape[1] + extra_length)
+        result = translator.search(source_ids, n_best=1, greedy=greedy, incremental=cached,
+                                   **limits)  # n_best=1 as translate_text
+        if greedy:
             return result.ids, result.lengths, result.steps
-        beam = int(search[len("beam"):])
-        result = decoding.beam_search(step, start, cache, beam, alpha, buffer, END_ID,
-                                      max_lengths=limits, n_best=1, **options)  # as translate_text
         return result.ids[:, 0], result.lengths[:, 0], result.steps
 
     return tf.function(run, jit_compile=xla)
@@ -265,70 +229,22 @@ def _timed_row(fields, count, timing):
             "seconds": common.median_min_max(seconds)}
 
 
-def translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, extra_length, runs):
-    """Translator.translate_ids (growing cache, encoder keys/values per sentence) against the cache
-    it had before (fixed input + extra_length buffers, encoder keys/values per beam), beam of
-    --searches[0] (or 4), on the same batches."""
+def make_ours_for_comparison(model, tokenizer, beam_size, extra_length):
+    """Our search as the Translator runs it, alpha 0 and one length limit for the whole batch
+    (CTranslate2's max_decoding_length)."""
     import tensorflow as tf
 
     from keras_transformer.inference import DecodingConfig, Translator
 
-    search = FLAGS.searches[0]
-    beam = int(search[len("beam"):]) if search.startswith("beam") else 4
-    translator = Translator(model, tokenizer, DecodingConfig(beam_size=beam, alpha=FLAGS.alpha,
+    translator = Translator(model, tokenizer, DecodingConfig(beam_size=beam_size, alpha=0.0,
                                                              extra_length=extra_length))
-
-    def translate(source_ids):
-        out = translator.translate_ids(source_ids, n_best=1)  # as translate_text
-        return out["ids"][:, 0], out["lengths"][:, 0], tf.reduce_max(out["lengths"])
-
-    rows = []
-    for batch_size in batch_sizes:
-        count = min(len(sentences), max(batch_size, min_sentences))
-        batches = batches_of(tokenizer, sentences[:count], batch_size)
-        for label, function in [
-                (f"fixed input+{extra_length}, encoder keys/values per beam, no sentence leaves (before)",
-                 make_search(model, f"beam{beam}", True, False, extra_length, FLAGS.alpha,
-                             per_beam_buffers=True)),
-                ("Translator.translate_ids (grows, encoder keys/values per sentence, done sentences leave)",
-                 tf.function(translate))]:
-            rows.append(_timed_row({"search": f"beam{beam}", "batch": batch_size, "cache": "yes",
-                                    "xla": "no", "buffer": label}, count,
-                                   time_batches(function, batches, runs)))
-            print(f"  beam{beam} batch={batch_size} {label}: {rows[-1]['sentences/s']} sentences/s",
-                  flush=True)
-    return rows
-
-
-def make_ours_for_comparison(model, beam_size, extra_length, decoding=None, package=None):
-    """Our search as the Translator runs it (its cache, pad/start masked), alpha 0 and
-    one length limit for the whole batch (CTranslate2's max_decoding_length). ``decoding`` and
-    ``package``: an earlier version's search module and package (``earlier_version.load_before``)."""
-    import tensorflow as tf
-
-    if decoding is None:
-        from keras_transformer import decoding
-    if package is None:
-        from keras_transformer.inference import search_inputs
-    else:
-        search_inputs = package.inference.search_inputs
-    from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
-
-    never = tf.scatter_nd([[PAD_ID], [START_ID]], [-1e9, -1e9], [model.config.output_vocab_size])
-    buffer = model.config.max_length + extra_length
+    max_length = model.config.max_length
 
     def run(source_ids):
-        batch = tf.shape(source_ids)[0]
-        limit = tf.minimum(tf.shape(source_ids)[1], model.config.max_length) + extra_length
-        memory, memory_mask = model.encode(source_ids)
-        cache, shared, step = search_inputs(model, memory, memory_mask, logits_bias=never)
-        start, limits = tf.fill([batch], START_ID), tf.fill([batch], limit)
-        if beam_size == 1:
-            result = decoding.greedy_search(step, start, cache, buffer, END_ID, max_lengths=limits,
-                                            shared_cache=shared)
-            return result.ids
-        return decoding.beam_search(step, start, cache, beam_size, 0.0, buffer, END_ID,
-                                    max_lengths=limits, n_best=1, shared_cache=shared).ids[:, 0]
+        limit = tf.minimum(tf.shape(source_ids)[1], max_length) + extra_length
+        result = translator.search(source_ids, n_best=1, greedy=beam_size == 1,
+                                   max_lengths=tf.fill([tf.shape(source_ids)[0]], limit))
+        return result.ids if beam_size == 1 else result.ids[:, 0]
 
     return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
 
@@ -339,7 +255,7 @@ def tensorflow_threads():
 
 
 def ctranslate2_rows(model, tokenizer, sentences, batch_sizes, extra_length, runs):
-    """Our search (and --before's) and CTranslate2 float32 on the same weights, batches and number
+    """Our search and CTranslate2 float32 on the same weights, batches and number
     of threads (see the docstring)."""
     import tempfile
 
@@ -350,13 +266,6 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_sizes, extra_length, run
         return []
     from keras_transformer.export.ctranslate2 import tokenizer_pieces, write_ctranslate2
 
-    before = None
-    if FLAGS.before:
-        from benchmarks import earlier_version
-
-        before_decoding, package = earlier_version.load_before(FLAGS.before)
-        before = (before_decoding, package, earlier_version.model_of(package, model),
-                  f"ours before ({FLAGS.before_name or common.shown_path(FLAGS.before)})")
     pieces = tokenizer_pieces(tokenizer)
     threads = FLAGS.threads or tensorflow_threads()
     rows = []
@@ -367,10 +276,7 @@ def ctranslate2_rows(model, tokenizer, sentences, batch_sizes, extra_length, run
                                         intra_threads=threads, inter_threads=1)
         for search in FLAGS.searches:
             beam = 1 if search == "greedy" else int(search[len("beam"):])
-            ours = {"ours": make_ours_for_comparison(model, beam, extra_length)}
-            if before is not None:
-                ours[before[3]] = make_ours_for_comparison(before[2], beam, extra_length,
-                                                           before[0], before[1])
+            ours = make_ours_for_comparison(model, tokenizer, beam, extra_length)
             for batch_size in batch_sizes:
                 rows += _compare_with_ctranslate2(
                     ours, engine, search, beam, batch_size, threads, pieces, tokenizer,
@@ -387,9 +293,9 @@ def _compare_with_ctranslate2(ours, engine, search, beam, batch_size, threads, p
     batches = batches_of(tokenizer, sentences, batch_size, bucket=1)  # no padding beyond the longest
     tokens = [[[pieces[t] for t in row if t not in (PAD_ID, END_ID)] for row in b] for b in batches]
 
-    def ours_runner(function):
-        return lambda: [[[t for t in row if t not in (PAD_ID, END_ID)]
-                         for row in function(tf.constant(b)).numpy()] for b in batches]
+    def run_ours():
+        return [[[pieces[t] for t in row if t not in (PAD_ID, END_ID)]
+                 for row in ours(tf.constant(b)).numpy()] for b in batches]
 
     def run_theirs():
         # Our limit (make_ours_for_comparison, as the Translator's): sources longer than the
@@ -401,21 +307,8 @@ def _compare_with_ctranslate2(ours, engine, search, beam, batch_size, threads, p
                                         suppress_sequences=[[pieces[PAD_ID]], [pieces[START_ID]]])]
                 for tok, b in zip(tokens, batches)]
 
-    functions = {name: ours_runner(function) for name, function in ours.items()}
-    functions["ctranslate2"] = run_theirs
-    timings, memory, outputs = {}, {}, {}
-    for name, function in functions.items():
-        with common.PeakMemory() as memory[name]:
-            started = time.perf_counter()
-            outputs[name] = function()  # first pass: tracing, and the outputs compared below
-        timings[name] = {"warmup": time.perf_counter() - started, "wall": [], "cpu": []}
-    for _ in range(runs):  # alternating, so that changes of the machine's load hit every engine
-        for name, function in functions.items():
-            started, started_cpu = time.perf_counter(), time.process_time()
-            function()
-            timings[name]["wall"].append(time.perf_counter() - started)
-            timings[name]["cpu"].append(time.process_time() - started_cpu)
-    their_text = [row for batch in outputs["ctranslate2"] for row in batch]
+    timings, memory, outputs = _alternate({"ours": run_ours, "ctranslate2": run_theirs}, runs)
+    texts = {name: [row for batch in output for row in batch] for name, output in outputs.items()}
     count = len(sentences)
     median = {name: statistics.median(t["wall"]) for name, t in timings.items()}
     cpu = {name: statistics.median(t["cpu"]) for name, t in timings.items()}
@@ -424,79 +317,63 @@ def _compare_with_ctranslate2(ours, engine, search, beam, batch_size, threads, p
     best = {name: min(t["wall"]) for name, t in timings.items()}
     rows = []
     for name, timing in timings.items():
-        text = their_text if name == "ctranslate2" else [
-            [pieces[t] for t in row] for batch in outputs[name] for row in batch]
-        identical = sum(a == b for a, b in zip(text, their_text))
+        identical = sum(a == b for a, b in zip(texts[name], texts["ctranslate2"]))
         seconds = timing["wall"]
-        row = {"search": search, "engine": name, "batch": batch_size, "sentences": count,
-               "sentences/s": round(count / median[name], 2),
-               "ours / CTranslate2": round(median["ctranslate2"] / median[name], 3),
-               "ours / CTranslate2 (fastest runs)": round(best["ctranslate2"] / best[name], 3),
-               "ours / CTranslate2 (CPU seconds)": round(cpu["ctranslate2"] / cpu[name], 3),
-               "after / before": "",
-               "identical": f"{identical}/{count} ({100 * identical / count:.1f}%)",
-               "seconds (median [min, max])": common.spread(seconds),
-               "CPU seconds (median)": round(cpu[name], 3),
-               "first pass s": round(timing["warmup"], 2),
-               "threads": (threads if name == "ctranslate2" else
-                           f"{thread_flags.used()} x {FLAGS.inter_op_threads or os.cpu_count()}"),
-               "peak memory MB (process / added, first pass)":
-                   f"{memory[name].bytes / 2**20:,.0f} / {memory[name].added_bytes / 2**20:,.0f}",
-               "seconds": common.median_min_max(seconds), "cpu_seconds": common.median_min_max(timing["cpu"])}
-        if name == "ours" and len(ours) > 1:
-            earlier = next(n for n in ours if n != "ours")
-            row["after / before"] = (f"{median[earlier] / median[name]:.2f}x wall, "
-                                     f"{cpu[earlier] / cpu[name]:.2f}x CPU")
-        rows.append(row)
-        print(f"  {search} batch {batch_size} {name}: {row['sentences/s']} sentences/s, "
-              f"/ CTranslate2 {row['ours / CTranslate2']} (CPU {row['ours / CTranslate2 (CPU seconds)']}), "
-              f"identical {identical}/{count}", flush=True)
+        rows.append({
+            "search": search, "engine": name, "batch": batch_size, "sentences": count,
+            "sentences/s": round(count / median[name], 2),
+            "ours / CTranslate2": round(median["ctranslate2"] / median[name], 3),
+            "ours / CTranslate2 (fastest runs)": round(best["ctranslate2"] / best[name], 3),
+            "ours / CTranslate2 (CPU seconds)": round(cpu["ctranslate2"] / cpu[name], 3),
+            "identical": f"{identical}/{count} ({100 * identical / count:.1f}%)",
+            "seconds (median [min, max])": common.spread(seconds),
+            "CPU seconds (median)": round(cpu[name], 3),
+            "first pass s": round(timing["warmup"], 2),
+            "threads": (threads if name == "ctranslate2" else
+                        f"{thread_flags.used()} x {FLAGS.inter_op_threads or os.cpu_count()}"),
+            "peak memory MB (process / added, first pass)":
+                f"{memory[name].bytes / 2**20:,.0f} / {memory[name].added_bytes / 2**20:,.0f}",
+            "seconds": common.median_min_max(seconds),
+            "cpu_seconds": common.median_min_max(timing["cpu"])})
+        print(f"  {search} batch {batch_size} {name}: {rows[-1]['sentences/s']} sentences/s, "
+              f"/ CTranslate2 {rows[-1]['ours / CTranslate2']} "
+              f"(CPU {rows[-1]['ours / CTranslate2 (CPU seconds)']}), identical {identical}/{count}",
+              flush=True)
     return rows
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.WARNING)
-    thread_flags.apply()
-    if FLAGS.inter_op_threads:
-        import tensorflow as tf
+def _alternate(functions, runs):
+    """A first pass of each function (tracing; its outputs are returned), then ``runs`` rounds
+    in which they take turns, so that changes of the machine's load hit every engine: (timings,
+    peak memory of the first pass, outputs) per name."""
+    timings, memory, outputs = {}, {}, {}
+    for name, function in functions.items():
+        with common.PeakMemory() as memory[name]:
+            started = time.perf_counter()
+            outputs[name] = function()
+        timings[name] = {"warmup": time.perf_counter() - started, "wall": [], "cpu": []}
+    for _ in range(runs):
+        for name, function in functions.items():
+            started, started_cpu = time.perf_counter(), time.process_time()
+            function()
+            timings[name]["wall"].append(time.perf_counter() - started)
+            timings[name]["cpu"].append(time.process_time() - started_cpu)
+    return timings, memory, outputs
 
-        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
-    extra_length = FLAGS.extra_length
-    if FLAGS.smoke:  # every code path once, nothing timed seriously
-        batch_sizes, uncached_sizes, lengths, runs, min_sentences = [2], [2], [2, 4], 1, 2
-        extra_length = 4
-    else:
-        batch_sizes = [int(b) for b in FLAGS.batch_sizes]
-        uncached_sizes = [int(b) for b in FLAGS.uncached_batch_sizes]
-        lengths, runs = [int(n) for n in FLAGS.lengths], FLAGS.runs
-        min_sentences = FLAGS.min_sentences
-    for search in FLAGS.searches:
-        if search != "greedy" and not (search.startswith("beam") and search[4:].isdigit()):
-            raise app.UsageError(f"--searches: {search!r} is neither greedy nor beamK.")
-    parts = set(FLAGS.parts)
-    if not parts or parts - set(PARTS):
-        raise app.UsageError(f"--parts={','.join(FLAGS.parts)}: choose from {', '.join(PARTS)}.")
-    import tensorflow as tf
 
-    model, tokenizer, sentences, described = load_model_and_sentences()
-    described += (f"; TensorFlow intra-op x inter-op threads: {thread_flags.used()} x "
-                  f"{FLAGS.inter_op_threads or os.cpu_count()} (--intra_op_threads, --inter_op_threads)")
-    load = os.getloadavg()
-    print(f"decoding benchmark: {described}; {os.cpu_count()} CPUs, load average "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; TF {tf.__version__}", flush=True)
-
+def throughput_rows(model, tokenizer, sentences, sizes, runs, extra_length):
+    """Every search at every batch size, cached and (at --uncached_batch_sizes) not, with XLA
+    off and on."""
+    batch_sizes, uncached_sizes, min_sentences = sizes
     rows = []
-    for search in FLAGS.searches if "throughput" in parts else []:
+    for search in FLAGS.searches:
         for batch_size in batch_sizes:
             count = min(len(sentences), max(batch_size, min_sentences))
             batches = batches_of(tokenizer, sentences[:count], batch_size)
-            for cached in (True, False):
-                if not cached and batch_size not in uncached_sizes:
-                    continue
+            for cached in (True, False) if batch_size in uncached_sizes else (True,):
                 for xla in (False, True):
-                    function = make_search(model, search, cached, xla, extra_length, FLAGS.alpha)
+                    function = make_search(model, tokenizer, search, cached, xla, extra_length,
+                                           FLAGS.alpha)
                     row = _timed_row(
                         {"search": search, "batch": batch_size, "cache": "yes" if cached else "no",
                          "xla": "yes" if xla else "no",
@@ -506,76 +383,105 @@ def main(argv):
                     rows.append(row)
                     print(f"  {search} batch={batch_size} cache={row['cache']} xla={row['xla']}: "
                           f"{row['sentences/s']} sentences/s, {row['tokens/s']} tokens/s", flush=True)
+    return rows
 
-    if "translator" in parts:
-        rows += translator_rows(model, tokenizer, sentences, batch_sizes, min_sentences, extra_length, runs)
 
-    compared = []
-    if "ctranslate2" in parts:
-        count = 2 if FLAGS.smoke else min(len(sentences), FLAGS.ctranslate2_sentences)
-        compared = ctranslate2_rows(model, tokenizer, sentences[:count],
-                                    [2] if FLAGS.smoke else [int(b) for b in FLAGS.ctranslate2_batch_sizes],
-                                    extra_length, runs)
-
-    sweep = []
-    sweep_batch = 2 if FLAGS.smoke else FLAGS.sweep_batch_size
-    batch = batches_of(tokenizer, sentences[:sweep_batch], sweep_batch)[:1]
-    for length in lengths if "sweep" in parts else []:
+def sweep_rows(model, tokenizer, batch, lengths, runs, extra_length):
+    """The first of --searches on ``batch`` with every output forced to each of ``lengths``."""
+    search, rows = FLAGS.searches[0], []
+    for length in lengths:
         for cached in (True, False):
             if not cached and length > FLAGS.uncached_max_length and not FLAGS.smoke:
                 continue
-            function = make_search(model, FLAGS.searches[0], cached, False, extra_length,
+            function = make_search(model, tokenizer, search, cached, False, extra_length,
                                    FLAGS.alpha, forced_length=length)
-            timing = time_batches(function, batch, runs)
+            timing = time_batches(function, [batch], runs)
             median = statistics.median(timing["seconds"])
-            sweep.append({"search": FLAGS.searches[0], "batch": int(batch[0].shape[0]),
-                          "output length": length, "cache": "yes" if cached else "no",
-                          "ms/sentence": round(1000 * median / batch[0].shape[0], 2),
-                          "ms/step": round(1000 * median / max(timing["steps"], 1), 3),
-                          "seconds (median [min, max])": common.spread(timing["seconds"]),
-                          "peak memory MB (process / added)":
-                              f"{timing['memory'].bytes / 2**20:,.0f} / "
-                              f"{timing['memory'].added_bytes / 2**20:,.0f}",
-                          "seconds": common.median_min_max(timing["seconds"]),
-                          "decoder steps": timing["steps"]})
-            print(f"  length {length} cache={sweep[-1]['cache']}: {sweep[-1]['ms/step']} ms/step",
+            memory = timing["memory"]
+            rows.append({"search": search, "batch": int(batch.shape[0]),
+                         "output length": length, "cache": "yes" if cached else "no",
+                         "ms/sentence": round(1000 * median / batch.shape[0], 2),
+                         "ms/step": round(1000 * median / max(timing["steps"], 1), 3),
+                         "seconds (median [min, max])": common.spread(timing["seconds"]),
+                         "peak memory MB (process / added)":
+                             f"{memory.bytes / 2**20:,.0f} / {memory.added_bytes / 2**20:,.0f}",
+                         "seconds": common.median_min_max(timing["seconds"]),
+                         "decoder steps": timing["steps"]})
+            print(f"  length {length} cache={rows[-1]['cache']}: {rows[-1]['ms/step']} ms/step",
                   flush=True)
+    return rows
 
-    load_end = os.getloadavg()
-    print(f"\n{described}. Load average at the end: {load_end[0]:.2f}.\n")
-    tables = {}
+
+def tables(rows, compared, sweep):
+    """The Markdown tables of the measurements made, by name."""
+    found = {}
     if rows:
-        tables["throughput"] = common.markdown(rows, [
+        found["throughput"] = common.markdown(rows, [
             "search", "batch", "cache", "xla", "buffer", "sentences", "sentences/s", "tokens/s",
             "seconds (median [min, max])", "first pass s", "peak memory MB (process / added)"])
     if compared:
-        tables["ctranslate2"] = (
+        found["ctranslate2"] = (
             "Ours vs CTranslate2 float32 on the same weights and number of threads (alpha / "
             "length_penalty 0, one length limit per batch; threads: TensorFlow intra-op x "
             "inter-op, CTranslate2 intra):\n\n" + common.markdown(compared, [
                 "search", "engine", "batch", "sentences", "sentences/s", "ours / CTranslate2",
                 "ours / CTranslate2 (fastest runs)", "ours / CTranslate2 (CPU seconds)",
-                "after / before", "identical", "seconds (median [min, max])",
-                "CPU seconds (median)", "threads",
+                "identical", "seconds (median [min, max])", "CPU seconds (median)", "threads",
                 "peak memory MB (process / added, first pass)"]))
     if sweep:
-        tables["length_sweep"] = (
-            f"Decode time vs output length ({FLAGS.searches[0]}, batch {sweep_batch}, no XLA, "
-            "EOS masked so every output has exactly that length):\n\n" + common.markdown(sweep, [
+        found["length_sweep"] = (
+            f"Decode time vs output length ({sweep[0]['search']}, batch {sweep[0]['batch']}, no "
+            "XLA, EOS banned so every output has exactly that length):\n\n" + common.markdown(sweep, [
                 "output length", "cache", "ms/sentence", "ms/step", "seconds (median [min, max])",
                 "peak memory MB (process / added)"]))
-    print("\n\n".join(tables.values()))
+    return found
 
-    result = {"model": described, "cpus": os.cpu_count(), "load_average_start": load,
-              "load_average_end": load_end, "tensorflow": tf.__version__, "runs": runs,
-              "extra_length": extra_length, "alpha": FLAGS.alpha, "throughput": rows,
-              "length_sweep": sweep, "ctranslate2": compared, "machine": common.machine(),
-              "markdown": tables}
-    common.write_json(FLAGS.output, result)
+
+def main(argv):
+    del argv  # console.run has refused stray arguments
+    for search in FLAGS.searches:
+        if search != "greedy" and not (search.startswith("beam") and search[4:].isdigit()):
+            raise app.UsageError(f"--searches: {search!r} is neither greedy nor beamK.")
+    parts = set(FLAGS.parts)
+    if not parts or parts - set(PARTS):
+        raise app.UsageError(f"--parts={','.join(FLAGS.parts)}: choose from {', '.join(PARTS)}.")
+    thread_flags.apply()
+    import tensorflow as tf
+
+    if FLAGS.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
+    if FLAGS.smoke:  # every code path once, nothing timed seriously
+        sizes, lengths, runs, extra_length = ([2], [2], 2), [2, 4], 1, 4
+        compared_sizes, compared_count, sweep_batch = [2], 2, 2
+    else:
+        sizes = ([int(b) for b in FLAGS.batch_sizes], [int(b) for b in FLAGS.uncached_batch_sizes],
+                 FLAGS.min_sentences)
+        lengths, runs, extra_length = [int(n) for n in FLAGS.lengths], FLAGS.runs, FLAGS.extra_length
+        compared_sizes = [int(b) for b in FLAGS.ctranslate2_batch_sizes]
+        compared_count, sweep_batch = FLAGS.ctranslate2_sentences, FLAGS.sweep_batch_size
+    model, tokenizer, sentences, described = load_model_and_sentences()
+    described += (f"; TensorFlow intra-op x inter-op threads: {thread_flags.used()} x "
+                  f"{FLAGS.inter_op_threads or os.cpu_count()} (--intra_op_threads, --inter_op_threads)")
+    machine = common.machine()  # the load average at the start
+    print(f"decoding benchmark: {described}; {machine['cpus']} CPUs, load average "
+          f"{machine['load_average']} at start; TF {tf.__version__}", flush=True)
+    rows = (throughput_rows(model, tokenizer, sentences, sizes, runs, extra_length)
+            if "throughput" in parts else [])
+    compared = (ctranslate2_rows(model, tokenizer, sentences[:compared_count], compared_sizes,
+                                 extra_length, runs) if "ctranslate2" in parts else [])
+    batch = batches_of(tokenizer, sentences[:sweep_batch], sweep_batch)[0]
+    sweep = (sweep_rows(model, tokenizer, batch, lengths, runs, extra_length)
+             if "sweep" in parts else [])
+    machine["load_average_at_end"] = common.machine()["load_average"]
+    print(f"\n{described}. Load average at the end: {machine['load_average_at_end'][0]}.\n")
+    found = tables(rows, compared, sweep)
+    print("\n\n".join(found.values()))
+    common.write_json(FLAGS.output, {
+        "model": described, "machine": machine, "runs": runs, "extra_length": extra_length,
+        "alpha": FLAGS.alpha, "throughput": rows, "length_sweep": sweep, "ctranslate2": compared,
+        "markdown": found})
     print(f"\nwrote {FLAGS.output}")
 
 
 if __name__ == "__main__":
-    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
-
-    app.run(main, flags_parser=parse_flags)
+    console.run(main)

@@ -15,10 +15,10 @@ depend on the machine and its load.
 import os
 import time
 
-from absl import app, flags, logging
+from absl import flags
 
 from benchmarks import common
-from trainers import data_flags
+from trainers import console, data_flags
 
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "input_pipeline.json"),
                     "Where to write the JSON results.")
@@ -58,8 +58,7 @@ def _row(name, seconds, n, examples, real, padded, shapes):
 
 
 def main(argv):
-    del argv
-    logging.set_verbosity(logging.WARNING)
+    del argv  # console.run has refused stray arguments
     config = data_flags.data_config(**(dict(vocab_size=512) if FLAGS.smoke else {}))
     split, epochs, train_batches = ("dev", 1, 5) if FLAGS.smoke else ("train", FLAGS.epochs,
                                                                        FLAGS.train_batches)
@@ -112,6 +111,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
-
-    app.run(main, flags_parser=parse_flags)
+    console.run(main)

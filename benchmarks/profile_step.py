@@ -34,10 +34,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import flags  # noqa: E402
 
 from benchmarks import batch_flags, common  # noqa: E402
-from trainers import data_flags  # noqa: E402
+from trainers import console, data_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)
@@ -50,8 +50,8 @@ flags.DEFINE_integer("top_ops", 12, "Most expensive single ops listed per config
 flags.DEFINE_string("logdir", None, "Where the traces go (default a temporary directory).")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "profile.md"), "Markdown output "
                     "(the JSON goes next to it).")
-flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny preset, one small "
-                  "batch).")
+flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny preset, float32, one "
+                  "small batch).")
 
 MATMUL_TYPES = {"MatMul", "_MklMatMul", "_FusedMatMul", "_MklFusedMatMul", "_MklNativeFusedMatMul",
                 "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMul",
@@ -244,17 +244,7 @@ def pipeline_cpu_seconds(config, tokenizer, count):
 
 
 def measure(preset, precision, vocab_size, batches, logdir):
-    import keras
-
-    import keras_transformer as kt
-    from keras_transformer.training import TrainStep, build_model, paper_optimizer
-
-    keras.utils.set_random_seed(0)
-    config = kt.TransformerConfig.from_preset(preset, vocab_size=vocab_size, max_length=256)
-    model = build_model(config, precision)
-    optimizer = paper_optimizer(config.d_model)
-    optimizer.build(model.trainable_variables)
-    step = TrainStep(model, optimizer, label_smoothing=config.label_smoothing)
+    _, _, step = common.train_step(preset, precision, vocab_size)
     wall, by_category, by_op, concurrency = profile(step, batches, FLAGS.profiled_passes, logdir)
     every, once = host_sync_ab(step, batches, FLAGS.sync_rounds)
     return {"preset": preset, "precision": precision, "step_seconds_profiled": wall,
@@ -268,13 +258,15 @@ def percent(part, whole):
     return f"{100 * part / whole:.1f}%" if whole else ""
 
 
+TITLE = "# Where a training step's time goes"
+
+
 def markdown(result):
+    """The profile's page below its title (``python -m benchmarks`` puts it in its report)."""
     rows = result["rows"]
     machine = result["machine"]
     names = [f"{r['preset']} {r['precision']}" for r in rows]
     lines = [
-        "# Where a training step's time goes",
-        "",
         f"Machine: {machine['cpu']}, {machine['cpus']} CPUs; TensorFlow {machine['tensorflow']}; "
         f"{machine['date']}; load average at the start {machine['load_average'][0]}. Command: "
         f"`python -m benchmarks.profile_step` ({result['batches']} real batches of "
@@ -329,12 +321,10 @@ def kept_notes(path) -> str:
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.WARNING)
+    del argv  # console.run has refused stray arguments
     presets, precisions, count, overrides = FLAGS.presets, FLAGS.precisions, FLAGS.batches, {}
-    if FLAGS.smoke:
-        presets, count = ["tiny"], 1
+    if FLAGS.smoke:  # bfloat16 takes the same code path
+        presets, precisions, count = ["tiny"], ["float32"], 1
         overrides = dict(token_budget=256, vocab_size=512)
     config = data_flags.data_config(xla=False, **overrides)
     from keras_transformer import data
@@ -358,7 +348,8 @@ def main(argv):
                        "vocab_size": tokenizer.vocab_size, **padding},
               "input_pipeline": {"cpu_seconds_per_batch": cpu, "wall_seconds_per_batch": wall},
               "rows": rows}
-    text = markdown(result)
+    result["markdown"] = markdown(result)
+    text = f"{TITLE}\n\n{result['markdown']}"
     from keras_transformer import writing
 
     writing.write_file(FLAGS.output, text + kept_notes(FLAGS.output))
@@ -367,6 +358,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
-
-    app.run(main, flags_parser=parse_flags)
+    console.run(main)

@@ -1,10 +1,10 @@
-"""The performance issue's targets, judged from the benchmarks' JSON results (no flags here, so
-tests and other programs can import it)."""
+"""The performance targets, judged from the benchmarks' JSON results, and the comparison of a
+training run with an earlier one (no flags here, so tests and other programs can import it)."""
 
 from benchmarks import common
 
-# The targets of the performance issue, as ratios measured in one run on one machine: model
-# FLOP/s of the training step over the matmul peak of the same precision.
+# Training goals as ratios measured in one run on one machine: model FLOP/s of the training step
+# over the matmul peak of the same precision.
 TRAINING_TARGETS = {("small", "float32"): 0.60, ("base", "float32"): 0.75,
                     ("small", "bfloat16"): 0.60, ("base", "bfloat16"): 0.75}
 # Beam 4: our sentences/s over CTranslate2 float32's, same weights and number of threads.
@@ -108,7 +108,7 @@ def profile_reason(profile, preset, precision) -> str:
     shares = sorted(((seconds / row["step_seconds_profiled"], name)
                      for name, seconds in row["categories"].items()
                      if not name.startswith("matmul: layer")), reverse=True)[:3]
-    where = (f" (benchmarks/results/profile.md, {profile['machine']['date']})"
+    where = (f" (profile.md, {profile['machine']['date']})"
              if "machine" in profile else "")
     return "profile: " + ", ".join(f"{name} {100 * share:.0f}%" for share, name in shares) + where
 
@@ -212,20 +212,3 @@ def comparison_markdown(comparison) -> str:
         for c in comparison["rows"]],
         ["configuration", "% of own peak, earlier", "% of own peak, now", "change",
          "largest pass spread", "noise band", "verdict"])
-
-
-def repeat_target(repeat):
-    """The targets row of a repeated training run (``training_throughput --compare``): how many
-    rows repeat within noise, each change, and how many were too noisy to judge (a busy
-    machine), which count as not repeated."""
-    rows = repeat["comparison"]["rows"]
-    same = sum(c["same"] for c in rows)
-    changes = ", ".join(f"{100 * c['change']:+.0f}%" for c in rows)
-    noise = max((c["noise"] for c in rows), default=0.0)
-    noisy = sum(c["verdict"] == "too noisy" for c in rows)
-    return _target("training: a second run reads the same ratios within noise",
-                   f"{same}/{len(rows)} rows", "all rows", rows and same == len(rows),
-                   f"{repeat['machine']['date']} beside {repeat['comparison']['earlier_date']}; "
-                   f"changes {changes}; pass spreads up to {100 * noise:.0f}%"
-                   + (f"; {noisy} too noisy to judge (passes more than "
-                      f"{100 * REPEAT_MAX_SPREAD:.0f}% apart)" if noisy else ""))

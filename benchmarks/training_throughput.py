@@ -4,9 +4,9 @@ peak measured in the same run.
 
     python -m benchmarks.training_throughput                          # small and base, 8 rows
     python -m benchmarks.training_throughput --presets=small --precisions=float32 --xla=off
-    python -m benchmarks.training_throughput --before= --main_job=false   # today's code only
+    python -m benchmarks.training_throughput --main_job=false       # the presets only
     python -m benchmarks.training_throughput --smoke --output=/tmp/smoke.json   # seconds
-    python -m benchmarks.training_throughput --xla=off --main_job=false --before= --compare=PATH
+    python -m benchmarks.training_throughput --xla=off --main_job=false --compare=PATH
                                           # the same ratios as an earlier run's JSON (PATH)?
 
 Batches are --batches token-budget batches of the training split (the offline Ding corpus by
@@ -16,12 +16,8 @@ step and the padding fraction are reported. Every configuration first runs once 
 (tracing; XLA compiles one program per padded shape), then --runs timed passes; a row gives the
 median, min and max over the passes of the time per step.
 
-Before -> after: in the rows without XLA a second TrainStep on the same model runs the earlier
-code path of each change in --before (benchmarks/training_changes.py), pass for pass alternately
-with today's (ABBA), so the speed-up of the changes is measured in one run, on the same batches
-and the same machine state. (Peak memory then includes both steps.) --main_job adds a row for
-the main job (python -m trainers.quickstart): preset mini with its options, corpus, batch size
-and precision.
+--main_job adds a row for the main job (python -m trainers.quickstart): preset mini with its
+options, corpus, batch size and precision.
 
 Model FLOPs follow the usual 6-FLOPs-per-weight-per-token count (2 forward, 4 backward), over
 REAL tokens only (padding is work the model wastes): source tokens through the encoder weights,
@@ -35,10 +31,10 @@ busy machine), so no ratio of that run can be trusted. Peak memory is the reside
 high-water mark while the configuration ran, for the whole process and above what it held
 before. Prints a Markdown table and writes JSON (--output).
 
---compare reads an earlier run's JSON and sets each row beside the same configuration there: the
-change of its share of the peak of its own precision, and whether that change is within noise,
-i.e. no larger than the larger relative spread (max - min) / median of the two rows' passes.
-The exit status is 1 if a row differs by more.
+--compare reads an earlier run's JSON (of the parent commit, say: docs/development.md) and sets
+each row beside the same configuration there: the change of its share of the peak of its own
+precision, and whether that change is within noise (``targets.repeat_comparison``). The exit
+status is 1 if a row differs by more.
 """
 
 import json
@@ -49,20 +45,16 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
 
-from benchmarks import batch_flags, common, targets, training_changes  # noqa: E402
-from trainers import data_flags  # noqa: E402
+from benchmarks import batch_flags, common, targets  # noqa: E402
+from trainers import console, data_flags  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.adopt_module_key_flags(data_flags)
 flags.adopt_module_key_flags(batch_flags)
 flags.DEFINE_enum("xla", "both", ["off", "on", "both"], "Measure without and/or with XLA.")
 flags.DEFINE_integer("runs", 3, "Timed passes over the batches (median, min, max).", lower_bound=1)
-flags.DEFINE_list("before", list(training_changes.CHANGES),
-                  "Changes (of benchmarks/training_changes.py) whose earlier code path is timed "
-                  "alternately with today's in the rows without XLA: the before -> after column. "
-                  "Empty: today's code only.")
 flags.DEFINE_bool("main_job", True, "Also measure the main job's model and batches "
                   "(python -m trainers.quickstart: preset mini, its corpus and precision).")
 flags.DEFINE_enum("main_job_precision", "auto", ["auto", "float32", "bfloat16"],
@@ -77,86 +69,54 @@ flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny pre
                   "batch, one pass, small matmuls); overrides the sizes above.")
 
 COLUMNS = ["preset", "precision", "XLA", "real tokens/step (src+tgt)", "padding",
-           "step s (median [min, max])", "tokens/s", "before -> after tokens/s (changes)", "model GFLOP/s",
+           "step s (median [min, max])", "tokens/s", "model GFLOP/s",
            "matmuls alone: share of the step", "% of fp32 peak",
            "% of bf16 peak", "peak memory MB (process / added)", "first pass s"]
 
 
-def measure(preset, precision, xla, vocab_size, batches, runs, before=(), overrides=None):
-    """One configuration's row. ``before``: names of ``training_changes.CHANGES`` whose earlier
-    code path a second TrainStep on the same model traces; the two steps then take turns, pass
-    by pass, and the row gets the earlier path's time too."""
-    import contextlib
-
-    import keras
-    import tensorflow as tf
-
-    import keras_transformer as kt
-    from benchmarks import training_changes
-    from keras_transformer.training import TrainStep, build_model, paper_optimizer
-
-    keras.utils.set_random_seed(0)
-    config = kt.TransformerConfig.from_preset(preset, vocab_size=vocab_size, max_length=256,
-                                              **(overrides or {}))
+def measure(preset, precision, xla, vocab_size, batches, runs, overrides=None):
+    """One configuration's row: a first pass over ``batches`` (tracing), then ``runs`` timed
+    passes of one update per batch."""
     with common.PeakMemory() as memory:
-        model = build_model(config, precision)
-        optimizer = paper_optimizer(config.d_model)
-        optimizer.build(model.trainable_variables)
-        steps = {"after": (TrainStep(model, optimizer, label_smoothing=config.label_smoothing,
-                                     jit_compile=xla), contextlib.nullcontext)}
-        if before:
-            steps["before"] = (TrainStep(model, optimizer, label_smoothing=config.label_smoothing,
-                                         jit_compile=xla),
-                               lambda: training_changes.reverted(before))
-        first_pass = {}
-        for name, (step, context) in steps.items():
+        config, model, step = common.train_step(preset, precision, vocab_size, xla, overrides)
+        started = time.perf_counter()
+        for batch in batches:
+            float(step.step_on_batches((batch,))["loss_sum"])
+        first_pass = time.perf_counter() - started
+        passes = []
+        for _ in range(runs):
             started = time.perf_counter()
-            with context():
-                for batch in batches:
-                    float(step.step_on_batches((batch,))["loss_sum"])
-            first_pass[name] = time.perf_counter() - started
-        passes = {name: [] for name in steps}
-        totals = None
-        for run in range(runs):
-            # ABBA...: a drift of the machine's speed within a run falls on both.
-            for name in list(steps) if run % 2 == 0 else list(steps)[::-1]:
-                step, context = steps[name]
-                with context():
-                    started = time.perf_counter()
-                    sums = [step.step_on_batches((batch,)) for batch in batches]
-                    float(sums[-1]["loss_sum"])  # waits for the last update
-                    passes[name].append((time.perf_counter() - started) / len(batches))
-                if name == "after":
-                    totals = sums
-    source = sum(float(s["source_tokens"]) for s in totals) / len(batches)
-    target = sum(float(s["target_tokens"]) for s in totals) / len(batches)
+            sums = [step.step_on_batches((batch,)) for batch in batches]
+            float(sums[-1]["loss_sum"])  # waits for the last update
+            passes.append((time.perf_counter() - started) / len(batches))
+    source = sum(float(s["source_tokens"]) for s in sums) / len(batches)
+    target = sum(float(s["target_tokens"]) for s in sums) / len(batches)
     encoder, decoder, softmax = common.parameter_counts(model)
     flops = 6.0 * (encoder * source + (decoder + softmax) * target)
-    seconds = statistics.median(passes["after"])
+    seconds = statistics.median(passes)
     row = {"preset": preset, "precision": precision, "xla": xla,
            "parameters": int(model.count_params()),
            "source_tokens_per_step": source, "target_tokens_per_step": target,
-           "step_seconds": common.median_min_max(passes["after"]),
+           "step_seconds": common.median_min_max(passes),
            "tokens_per_second": (source + target) / seconds,
            "model_flops_per_step": flops, "model_flops_per_second": flops / seconds,
            "peak_memory_bytes": memory.bytes, "added_memory_bytes": memory.added_bytes,
-           "first_pass_seconds": first_pass["after"]}
-    # The same products alone (mean padded rows of the batches): the step's time outside them is
-    # what the element-wise work, the loss and the optimizer cost.
+           "first_pass_seconds": first_pass}
+    row["matmul_seconds_alone"] = matmuls_alone(config, precision, batches)
+    row["matmul_share_of_step"] = row["matmul_seconds_alone"] / seconds
+    return row
+
+
+def matmuls_alone(config, precision, batches):
+    """The step's weight products alone (mean padded rows of the batches): the step's time
+    outside them is what the element-wise work, the loss and the optimizer cost."""
+    import tensorflow as tf
+
     source_rows = round(statistics.mean(int(tf.size(b[0][0])) for b in batches))
     target_rows = round(statistics.mean(int(tf.size(b[1])) for b in batches))
     compute_dtype = tf.bfloat16 if precision == "bfloat16" else tf.float32
-    matmuls = common.matmul_seconds(common.layer_matmul_shapes(config, source_rows, target_rows),
-                                    compute_dtype)
-    row["matmul_seconds_alone"] = matmuls
-    row["matmul_share_of_step"] = matmuls / seconds
-    if before:
-        before_seconds = statistics.median(passes["before"])
-        row["before"] = {"changes": list(before),
-                         "step_seconds": common.median_min_max(passes["before"]),
-                         "tokens_per_second": (source + target) / before_seconds,
-                         "speedup": before_seconds / seconds}
-    return row
+    return common.matmul_seconds(common.layer_matmul_shapes(config, source_rows, target_rows),
+                                 compute_dtype)
 
 
 def table_row(row, peaks):
@@ -175,10 +135,6 @@ def table_row(row, peaks):
         "step s (median [min, max])": common.spread(
             [row["step_seconds"][k] for k in ("median", "min", "max")]),
         "tokens/s": f"{row['tokens_per_second']:,.0f}",
-        "before -> after tokens/s (changes)": (
-            f"{row['before']['tokens_per_second']:,.0f} -> {row['tokens_per_second']:,.0f} "
-            f"({row['before']['speedup']:.2f}x: {', '.join(row['before']['changes'])})"
-            if row.get("before") else ""),
         "model GFLOP/s": f"{row['model_flops_per_second'] / 1e9:,.1f}",
         "matmuls alone: share of the step": (
             f"{100 * row['matmul_share_of_step']:.0f}%"
@@ -205,7 +161,7 @@ def main_job_row(smoke_overrides, count, runs):
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     batches, padding = common.real_batches(config, tokenizer, count)
     row = measure(job["preset"], resolve_precision(FLAGS.main_job_precision), False,
-                  tokenizer.vocab_size, batches, runs, before=() if FLAGS.smoke else FLAGS.before,
+                  tokenizer.vocab_size, batches, runs,
                   overrides=dict(norm_first=job["norm_first"], dropout_rate=job["dropout_rate"]))
     row.update(batches=padding, main_job=True, dataset=config.dataset,
                token_budget=config.token_budget)
@@ -213,10 +169,8 @@ def main_job_row(smoke_overrides, count, runs):
 
 
 def print_row(row):
-    before = (f" (before: {row['before']['tokens_per_second']:,.0f}, "
-              f"{row['before']['speedup']:.2f}x)" if row.get("before") else "")
     print(f"  {row['preset']} {row['precision']} xla={row['xla']}: "
-          f"{row['tokens_per_second']:,.0f} tokens/s{before}, "
+          f"{row['tokens_per_second']:,.0f} tokens/s, "
           f"{row['model_flops_per_second'] / 1e9:,.1f} GFLOP/s", flush=True)
 
 
@@ -226,10 +180,71 @@ def report_peak(sample):
         flush=True)
 
 
+def measure_rows(presets, precisions, runs, count, peak, overrides):
+    """Every configuration's row, the matmul peak sampled after each; (rows, data description,
+    the vocabulary size)."""
+    from keras_transformer import data
+
+    configs = {xla: data_flags.data_config(xla=xla, **overrides) for xla in (False, True)}
+    tokenizer, _ = data.load_or_learn_tokenizer(configs[False])
+    # One set per distinct configuration (both XLA settings share one if --bucket_multiple is given).
+    by_config = {config: common.real_batches(config, tokenizer, count)
+                 for config in set(configs.values())}
+    batches = {xla: by_config[config] for xla, config in configs.items()}
+    rows = []
+    for preset in presets:
+        for precision in precisions:
+            for xla in {"off": [False], "on": [True], "both": [False, True]}[FLAGS.xla]:
+                row = measure(preset, precision, xla, tokenizer.vocab_size, batches[xla][0], runs)
+                row["batches"] = batches[xla][1]
+                rows.append(row)
+                print_row(row)
+                report_peak(peak.sample(f"after {preset} {precision} xla={'on' if xla else 'off'}"))
+    if FLAGS.main_job:
+        rows.append(main_job_row(overrides, count, runs))
+        print_row(rows[-1])
+        report_peak(peak.sample("after the main job"))
+    config = configs[False]
+    described = {"dataset": config.dataset, "token_budget": config.token_budget,
+                 "vocab_size": tokenizer.vocab_size, "batches": count,
+                 "without_xla": batches[False][1], "with_xla": batches[True][1]}
+    return rows, described
+
+
+def divide_by_the_peak(rows, peak):
+    """Every row's share of the best peak sample of the whole run; (peaks, their spread)."""
+    # The samples above include the one after the last configuration ("after").
+    peak.samples[-1]["when"] = "after"
+    peaks = peak.peaks()
+    for row in rows:
+        row["fraction_of_fp32_peak"] = row["model_flops_per_second"] / peaks["float32"]
+        row["fraction_of_bf16_peak"] = row["model_flops_per_second"] / peaks["bfloat16"]
+        row["peak_error"] = common.peak_error(row)
+    spread = peak.spread()
+    print(f"\nmatmul peak ({peak.n}^3), best of {len(peak.samples)} samples: " + "; ".join(
+        f"{dtype} {peaks[dtype] / 1e9:,.1f} GFLOP/s (samples median {s['median'] / 1e9:,.1f}, "
+        f"min {s['min'] / 1e9:,.1f})" for dtype, s in spread.items()), flush=True)
+    for row in rows:
+        if row["peak_error"]:
+            print(f"WARNING: {row['preset']} {row['precision']} {common.PEAK_ERROR}", flush=True)
+    return peaks, spread
+
+
+def compare(result, path):
+    """Each row beside the same configuration of the earlier JSON at ``path``; False if one
+    differs beyond its noise."""
+    with open(path) as stream:
+        earlier = json.load(stream)
+    result["comparison"] = {"earlier": common.shown_path(path),
+                            "earlier_date": earlier["machine"]["date"],
+                            "rows": targets.repeat_comparison(earlier, result["rows"])}
+    print(f"\nBeside {path} ({earlier['machine']['date']}):\n\n"
+          + targets.comparison_markdown(result["comparison"]))
+    return all(c["same"] for c in result["comparison"]["rows"])
+
+
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    logging.set_verbosity(logging.WARNING)
+    del argv  # console.run has refused stray arguments
     if FLAGS.compare and not os.path.isfile(FLAGS.compare):
         raise app.UsageError(f"--compare={FLAGS.compare}: no such file (an earlier JSON of this "
                              "benchmark).")
@@ -242,80 +257,32 @@ def main(argv):
     for precision in precisions:
         if precision not in ("float32", "bfloat16"):
             raise app.UsageError(f"--precisions: {precision!r} is neither float32 nor bfloat16.")
-    configs = {xla: data_flags.data_config(xla=xla, **overrides) for xla in (False, True)}
     machine = common.machine()  # the load average at the start
     peak = common.MatmulPeak(size)
     report_peak(peak.sample("before"))
-    from keras_transformer import data
-
-    tokenizer, _ = data.load_or_learn_tokenizer(configs[False])
-    # One set per distinct configuration (both XLA settings share one if --bucket_multiple is given).
-    by_config = {config: common.real_batches(config, tokenizer, count) for config in set(configs.values())}
-    batches = {xla: by_config[config] for xla, config in configs.items()}
-    rows = []
-    for preset in presets:
-        for precision in precisions:
-            for xla in {"off": [False], "on": [True], "both": [False, True]}[FLAGS.xla]:
-                # The smoke run times the earlier code paths once only (tracing is its cost).
-                compare = not xla and not (FLAGS.smoke and rows)
-                row = measure(preset, precision, xla, tokenizer.vocab_size, batches[xla][0], runs,
-                              before=FLAGS.before if compare else ())
-                row["batches"] = batches[xla][1]
-                rows.append(row)
-                print_row(row)
-                report_peak(peak.sample(f"after {preset} {precision} xla={'on' if xla else 'off'}"))
-    if FLAGS.main_job:
-        rows.append(main_job_row(overrides, count, runs))
-        print_row(rows[-1])
-        report_peak(peak.sample("after the main job"))
+    rows, described = measure_rows(presets, precisions, runs, count, peak, overrides)
     xla_matmul = None
     if any(row["xla"] for row in rows):  # why XLA's step is slower: its matmul beside oneDNN's
         xla_matmul = peak.xla_sample()
         print("matmul compiled by XLA: " + ", ".join(
             f"{dtype} {value / 1e9:,.1f} GFLOP/s" for dtype, value in xla_matmul.items()), flush=True)
-    # The samples above include the one after the last configuration ("after").
-    peak.samples[-1]["when"] = "after"
-    peaks = peak.peaks()
-    for row in rows:  # every ratio divides by the best sample of the whole run
-        row["fraction_of_fp32_peak"] = row["model_flops_per_second"] / peaks["float32"]
-        row["fraction_of_bf16_peak"] = row["model_flops_per_second"] / peaks["bfloat16"]
-        row["peak_error"] = common.peak_error(row)
-    spread = peak.spread()
-    print(f"\nmatmul peak ({size}^3), best of {len(peak.samples)} samples: " + "; ".join(
-        f"{dtype} {peaks[dtype] / 1e9:,.1f} GFLOP/s (samples median {s['median'] / 1e9:,.1f}, "
-        f"min {s['min'] / 1e9:,.1f})" for dtype, s in spread.items()), flush=True)
-    for row in rows:
-        if row["peak_error"]:
-            print(f"WARNING: {row['preset']} {row['precision']} {common.PEAK_ERROR}", flush=True)
-    config = configs[False]
+    peaks, spread = divide_by_the_peak(rows, peak)
     table = common.markdown([table_row(r, peaks) for r in rows], COLUMNS)
-    print(f"\n{count} batches of {config.dataset} train, {config.token_budget} tokens/side "
-          f"budget\n\n{table}")
+    print(f"\n{count} batches of {described['dataset']} train, {described['token_budget']} "
+          f"tokens/side budget\n\n{table}")
     machine["load_average_at_end"] = common.machine()["load_average"]
     result = {"machine": machine, "matmul_size": size,
               "matmul_peak_flops": peaks, "matmul_peak_spread": spread,
-              "matmul_peak_samples": peak.samples,
-              "data": {"dataset": config.dataset, "token_budget": config.token_budget,
-                       "vocab_size": tokenizer.vocab_size, "batches": count,
-                       "without_xla": batches[False][1], "with_xla": batches[True][1]},
+              "matmul_peak_samples": peak.samples, "data": described,
               "runs": runs, "rows": rows, "markdown": table}
     if xla_matmul:
         result["xla_matmul_flops"] = xla_matmul
-    if FLAGS.compare:
-        with open(FLAGS.compare) as stream:
-            earlier = json.load(stream)
-        result["comparison"] = {"earlier": common.shown_path(FLAGS.compare),
-                                "earlier_date": earlier["machine"]["date"],
-                                "rows": targets.repeat_comparison(earlier, rows)}
-        print(f"\nBeside {FLAGS.compare} ({earlier['machine']['date']}):\n\n"
-              + targets.comparison_markdown(result["comparison"]))
+    same = compare(result, FLAGS.compare) if FLAGS.compare else True
     common.write_json(FLAGS.output, result)
     print(f"\nwrote {FLAGS.output}")
-    if FLAGS.compare and not all(c["same"] for c in result["comparison"]["rows"]):
+    if not same:
         sys.exit(1)
 
 
 if __name__ == "__main__":
-    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
-
-    app.run(main, flags_parser=parse_flags)
+    console.run(main)

@@ -1,4 +1,5 @@
-"""Beam search and greedy decoding (section 6.1) in TensorFlow ops that know nothing of the model.
+"""Beam search, greedy decoding (section 6.1) and sampling in TensorFlow ops that know nothing of the
+model.
 
 The paper decodes with beam size 4, length penalty alpha = 0.6 and a maximum output length of
 input length + 50, "but terminate early when possible" (section 6.1). The search talks to the model
@@ -8,33 +9,35 @@ through one narrow function, the ``symbols_to_logits_fn`` of TF Model Garden's b
 
 * ``ids``: int32 ``[rows, max_decode_length + 1]``. Column 0 holds the start id, columns ``1..i``
   the tokens decoded so far, later columns hold ``pad_id``. ``rows`` is ``batch * beam_size``
-  for beam search (beams of one example are adjacent rows) and ``batch`` for greedy search.
+  for beam search (beams of one example are adjacent rows) and ``batch`` for greedy search and
+  sampling.
 * ``i``: scalar int32 step. The logits are for the token at position ``i + 1``; an incremental
-  decoder only needs ``ids[:, i]`` (e.g. ``model.decode_step(ids[:, i], i, cache)``).
+  decoder only needs ``ids[:, i]`` (``inference.search_inputs`` calls ``model.decode_step(ids[:, i],
+  i, cache, shared_cache, grow_cache=...)``).
 * ``cache``: a nested structure (dicts, lists, tuples) of tensors, every leaf with leading
   dimension ``rows``. A leaf may change its other dimensions from step to step (a key/value cache
   that grows by one position per step); under XLA every shape must stay fixed (fixed-size
   buffers). The search tiles the caller's cache from ``batch`` to ``batch * beam_size`` rows and
   reorders it with a gather along axis 0 after every step, so the step function never sees beam
   bookkeeping.
-* ``shared_cache`` (optional argument of both searches): a nested structure of tensors with leading
+* ``shared_cache`` (optional argument of every search): a nested structure of tensors with leading
   dimension ``batch``, what every beam of an example shares (e.g. the encoder output's keys and
   values). If given, the step function is called as ``symbols_to_logits_fn(ids, i, cache,
   shared_cache)``, with one row of it per example whose beams are in ``ids`` (those adjacent rows);
   it is never tiled or reordered, so never copied per beam.
-* ``drop_finished`` (both searches): an example that is done (its n-best list can no longer change)
+* ``drop_finished`` (every search): an example that is done (its n-best list can no longer change)
   leaves the batch, so later steps only compute the examples still searching, as CTranslate2 and
   fairseq do: ``ids``, ``cache`` and ``shared_cache`` then hold their rows only. Their shapes change,
   which XLA cannot compile, so the default is on except while compiling with XLA (then every
   example is computed until all are done, as with ``drop_finished=False``). The results are the
   same either way.
 
-Both searches run one ``tf.while_loop``. Its loop variables keep static shapes except the cache
+Every search runs one ``tf.while_loop``. Its loop variables keep static shapes except the cache
 (which may grow) and, while finished examples leave, the row counts; under XLA nothing changes
 shape, so the searches run eagerly, inside ``tf.function`` and under
 ``tf.function(jit_compile=True)``.
 
-Conventions shared by both searches:
+Conventions shared by every search:
 
 * Scores are ``log P(Y) / lp(Y)`` with the GNMT length penalty ``lp(Y) = ((5 + |Y|) / 6) ** alpha``
   (Wu et al. 2016, cited in section 6.1). ``|Y|`` counts the generated tokens including the EOS
@@ -190,7 +193,7 @@ def _grow_alive_seq(symbols_to_logits_fn, i, old, cache, shared, limits, beam):
     rows = tf.reshape(old["alive_seq"], [examples * k, -1])
     log_probs, new_cache = _step(symbols_to_logits_fn, rows, i, cache, shared, "beam_search")
     vocab = _vocab_size(log_probs)
-    # Name scopes here and below label the search's parts in profiles (benchmarks.decoding_profile).
+    # Name scopes here and below label the search's parts in profiles (TensorBoard's trace viewer).
     with tf.name_scope("top_k"):
         top_log_probs, top_index = _top_extensions(old["alive_log_probs"], log_probs, 2 * k, vocab)
         top_beam = top_index // vocab
@@ -322,6 +325,108 @@ def greedy_search(
     ``drop_finished``: see the module docstring; without dropping, finished rows keep being fed
     to the step function with ``pad_id`` as their token.
     """
+
+    def most_probable(log_probs, i, examples, batch):
+        # top_k rather than argmax: the same tie-breaking (lowest id) as beam search.
+        return tf.math.top_k(log_probs, k=1)[1][:, 0]
+
+    return _token_by_token_search(
+        symbols_to_logits_fn, most_probable, "greedy_search", initial_ids, initial_cache,
+        max_decode_length, eos_id, max_lengths=max_lengths, pad_id=pad_id, alpha=alpha,
+        shared_cache=shared_cache, drop_finished=drop_finished)
+
+
+def sample_search(
+    symbols_to_logits_fn,
+    initial_ids,
+    initial_cache,
+    max_decode_length,
+    eos_id,
+    *,
+    seed,
+    top_k=0,
+    top_p=1.0,
+    temperature=1.0,
+    max_lengths=None,
+    pad_id=0,
+    alpha=0.0,
+    shared_cache=None,
+    drop_finished=None,
+):
+    """Random sampling: at every step a token drawn from the model's next-token distribution,
+    reshaped by ``temperature``, ``top_k`` and ``top_p``; greedy's contract otherwise (one
+    hypothesis per example, the same lengths, limits, EOS, padding and ``drop_finished``).
+
+    The distribution drawn from, in this order (as in Hugging Face's and fairseq's sampling):
+    the log-probabilities divided by ``temperature`` (> 0; below 1 sharpens, above 1 flattens);
+    with ``top_k`` > 0 only the ``top_k`` most probable tokens (ties: the lowest ids, as greedy);
+    with ``top_p`` < 1 only the smallest set of the most probable of those whose probability,
+    renormalised, reaches ``top_p`` (the most probable token always stays); renormalised. So
+    ``top_k=1`` is greedy search.
+
+    ``seed``: a Python int or int32 scalar tensor. The draws are stateless (Gumbel-max over
+    ``tf.random.stateless_uniform`` bits with the seed and the step folded in, one row of noise
+    per example of the batch), so the same seed and input give the same output eagerly, in
+    ``tf.function`` and under XLA, with or without finished examples leaving the batch; an example's
+    draws depend on its row in the batch.
+
+    ``scores``: ``log P(Y) / lp(Y)`` as greedy's, where ``P`` is the model's own distribution
+    (before temperature, top-k and top-p): how probable the model finds the sampled output, not how
+    probable the sampling was to draw it.
+    """
+    top_k = _check_static_int("top_k", top_k, minimum=0)
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"sample_search: top_p must be a number in (0, 1], got {top_p!r}.")
+    if (isinstance(temperature, bool) or not isinstance(temperature, (int, float))
+            or not 0 < temperature < float("inf")):
+        raise ValueError(f"sample_search: temperature must be a finite number > 0, got "
+                         f"{temperature!r}.")
+    seed = tf.cast(seed, tf.int32)
+    if seed.shape.rank != 0:
+        raise ValueError(f"sample_search: seed must be a scalar, got shape {seed.shape}.")
+
+    def draw(log_probs, i, examples, batch):
+        logits = log_probs if temperature == 1 else log_probs / temperature
+        candidates = None  # the token ids of the kept columns, when not the whole vocabulary
+        if top_k or top_p < 1:
+            vocab = tf.shape(logits)[1]
+            logits, candidates = tf.math.top_k(
+                logits, k=tf.minimum(top_k, vocab) if top_k else vocab)  # best first
+            if top_p < 1:
+                before = tf.cumsum(tf.nn.softmax(logits), axis=1, exclusive=True)
+                logits = tf.where(before < top_p, logits, _NEG_INF)
+        noise = tf.gather(_gumbel_noise([batch, tf.shape(logits)[1]], tf.stack([seed, i])),
+                          examples)
+        position = tf.argmax(logits + noise, axis=1, output_type=tf.int32)
+        return position if candidates is None else tf.gather(candidates, position, batch_dims=1)
+
+    return _token_by_token_search(
+        symbols_to_logits_fn, draw, "sample_search", initial_ids, initial_cache,
+        max_decode_length, eos_id, max_lengths=max_lengths, pad_id=pad_id, alpha=alpha,
+        shared_cache=shared_cache, drop_finished=drop_finished)
+
+
+def _gumbel_noise(shape, seed):
+    """Standard Gumbel noise: ``argmax(logits + noise)`` is a draw from ``softmax(logits)``.
+
+    Built from random bits, not ``stateless_uniform``'s floats: XLA draws the same bits but turns
+    them into different floats, and the samples must not depend on the compiler."""
+    bits = tf.random.stateless_uniform(shape, seed=seed, minval=None, maxval=None,
+                                       dtype=tf.int32, alg="philox")
+    # 23 bits, offset by half a step: exact in float32 and strictly inside (0, 1).
+    mantissa = tf.bitwise.right_shift(tf.bitcast(bits, tf.uint32), tf.constant(9, tf.uint32))
+    uniform = (tf.cast(mantissa, tf.float32) + 0.5) * (2.0 ** -23)
+    return -tf.math.log(-tf.math.log(uniform))
+
+
+def _token_by_token_search(symbols_to_logits_fn, choose, caller, initial_ids, initial_cache,
+                           max_decode_length, eos_id, *, max_lengths, pad_id, alpha, shared_cache,
+                           drop_finished):
+    """The loop of the searches that keep one hypothesis per example (greedy, sampling): each
+    step appends ``choose(log_probs [rows, vocab], i, examples [rows], batch)``'s token (int32
+    [rows]) to each example still running; ``examples`` are the rows' positions in the whole
+    batch of ``batch`` examples (rows leave it when examples finish). The score sums the log-probs
+    of the chosen tokens."""
     length = _check_static_int("max_decode_length", max_decode_length, minimum=1)
     initial_ids, batch, limits = _prepare(initial_ids, initial_cache, max_lengths, length, shared_cache)
     state = dict(
@@ -329,21 +434,22 @@ def greedy_search(
         log_probs=tf.zeros([batch], tf.float32),
         done=tf.zeros([batch], tf.bool),
         lengths=tf.zeros([batch], tf.int32),
+        example=tf.range(batch),
     )
 
     def advance(i, old, cache, shared, limits):
-        log_probs, new_cache = _step(symbols_to_logits_fn, old["seq"], i, cache, shared,
-                                     "greedy_search")
-        # top_k rather than argmax: the same tie-breaking (lowest id) as beam search.
-        best_log_prob, best_token = tf.math.top_k(log_probs, k=1)
+        log_probs, new_cache = _step(symbols_to_logits_fn, old["seq"], i, cache, shared, caller)
+        chosen = choose(log_probs, i, old["example"], batch)
         done = old["done"]
-        token = tf.where(done, pad_id, best_token[:, 0])
+        token = tf.where(done, pad_id, chosen)
         ends = ~done & (tf.equal(token, eos_id) | (i + 1 >= limits))
+        token_log_prob = tf.gather(log_probs, chosen, batch_dims=1)
         new = dict(
             seq=_write_column(old["seq"], i + 1, token),
-            log_probs=tf.where(done, old["log_probs"], old["log_probs"] + best_log_prob[:, 0]),
+            log_probs=tf.where(done, old["log_probs"], old["log_probs"] + token_log_prob),
             done=done | ends,
             lengths=tf.where(ends, i + 1, old["lengths"]),
+            example=old["example"],
         )
         return new, new_cache, None  # one row per example: the cache keeps its order
 
@@ -369,7 +475,7 @@ def compiling_with_xla():
 
 
 def _search_loop(advance, per_example, cache, shared_cache, limits, length, drop_finished):
-    """The loop both searches share: at most ``length`` steps, until every example is done.
+    """The loop every search shares: at most ``length`` steps, until every example is done.
 
     ``per_example`` is the search's state, a dict of tensors with the batch as leading dimension
     (``"done"``, bool, among them). Each step calls ``advance(i, old, cache, shared_cache,

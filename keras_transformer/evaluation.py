@@ -1,16 +1,19 @@
-"""BLEU, measured two ways and always labelled.
+"""BLEU, measured two ways and always labelled, and chrF beside it.
 
 - ``sacrebleu_score``: sacreBLEU on detokenized text (its signature travels with the number). This is
   the comparable figure.
+- ``chrf_score``: sacreBLEU's chrF2 (character 6-gram F-score, recall weighted twice) on the same
+  detokenized text, with its signature. On short sentences, where one wrong word leaves BLEU few
+  n-grams to count, it is the steadier second opinion.
 - ``tokenized_bleu``: how the paper's 27.3 / 28.4 (Table 2) were computed: Moses-tokenized hypothesis and
   reference, hyphenated compounds split into ``Welt ##AT##-##AT## Meister`` (tensor2tensor's
   ``get_ende_bleu.sh``), then multi-bleu.perl's BLEU (no smoothing). It is usually higher than sacreBLEU for
   the same output (fairseq reports 29.3 tokenized vs 28.6 sacreBLEU for one model), so it is never printed
   without its label.
 
-Beside every BLEU go its **floors** on the same sentences (:func:`floors`): copying the source, and a
+Beside every score go its **floors** on the same sentences (:func:`floors`): copying the source, and a
 translation memory (the German of the TF-IDF-nearest English training sentence). A model below the
-memory has not learned to translate, whatever its BLEU (:func:`verdict`).
+memory has not learned to translate, whatever its BLEU (:func:`verdict`, on sacreBLEU).
 """
 
 import dataclasses
@@ -21,30 +24,37 @@ import sacrebleu
 from sacremoses import MosesTokenizer
 
 SACREBLEU = "sacreBLEU"
+CHRF = "chrF2"  # sacreBLEU's name for its default CHRF(): character order 6, no words, beta 2
 TOKENIZED = "tokenized BLEU (Moses + compound split, the paper's)"
 
 _COMPOUND_HYPHEN = re.compile(r"(\S)-(\S)")
 
 
 @dataclasses.dataclass(frozen=True)
-class BleuResult:
+class Score:
+    """One corpus score with the label and the sacreBLEU signature that say how it was measured."""
+
     label: str
     score: float
     signature: str
-    precisions: tuple
-    brevity_penalty: float
 
     def __str__(self):
         return f"{self.label} = {self.score:.2f} ({self.signature})"
 
 
+@dataclasses.dataclass(frozen=True)
+class BleuResult(Score):
+    precisions: tuple
+    brevity_penalty: float
+
+
 def _check(hypotheses, references):
     hypotheses, references = list(hypotheses), list(references)
     if len(hypotheses) != len(references):
-        raise ValueError(f"BLEU needs one hypothesis per reference: got {len(hypotheses)} hypotheses "
-                         f"and {len(references)} references.")
+        raise ValueError(f"Scoring needs one hypothesis per reference: got {len(hypotheses)} "
+                         f"hypotheses and {len(references)} references.")
     if not references:
-        raise ValueError("BLEU of an empty test set is undefined: no references given.")
+        raise ValueError("A score of an empty test set is undefined: no references given.")
     return hypotheses, references
 
 
@@ -57,6 +67,15 @@ def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str]) -> Ble
     hypotheses, references = _check(hypotheses, references)
     metric = sacrebleu.BLEU()
     return _result(SACREBLEU, metric, metric.corpus_score(hypotheses, [references]))
+
+
+def chrf_score(hypotheses: Sequence[str], references: Sequence[str]) -> Score:
+    """sacreBLEU's chrF with its defaults (chrF2: character 6-grams, no word n-grams, mixed case,
+    whitespace ignored)."""
+    hypotheses, references = _check(hypotheses, references)
+    metric = sacrebleu.CHRF()
+    chrf = metric.corpus_score(hypotheses, [references])
+    return Score(CHRF, chrf.score, str(metric.get_signature()))
 
 
 def paper_tokenize(text: str, lang: str = "de") -> str:
@@ -90,24 +109,27 @@ def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: s
 
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
-    """BLEU of one set of translations, both ways (never compare one with the other)."""
+    """BLEU of one set of translations, both ways (never compare one with the other), and chrF."""
 
     sacrebleu: BleuResult
     tokenized: BleuResult
+    chrf: Score
     sentences: int
 
     def lines(self) -> list:
-        """Two labelled lines, e.g. ``sacreBLEU = 12.34 (nrefs:1|...)``."""
-        return [str(self.sacrebleu), str(self.tokenized)]
+        """Three labelled lines, e.g. ``sacreBLEU = 12.34 (nrefs:1|...)``: sacreBLEU, the
+        tokenized BLEU, chrF."""
+        return [str(self.sacrebleu), str(self.tokenized), str(self.chrf)]
 
 
 def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str],
                           lang: str = "de") -> Evaluation:
-    """sacreBLEU and the paper's tokenized compound-split BLEU of ``hypotheses`` (one per reference,
-    in order; ``lang`` is the target language, for the Moses tokenizer)."""
+    """sacreBLEU, the paper's tokenized compound-split BLEU and chrF of ``hypotheses`` (one per
+    reference, in order; ``lang`` is the target language, for the Moses tokenizer)."""
     hypotheses, references = _check(hypotheses, references)
     return Evaluation(sacrebleu_score(hypotheses, references),
-                      tokenized_bleu(hypotheses, references, lang), len(references))
+                      tokenized_bleu(hypotheses, references, lang),
+                      chrf_score(hypotheses, references), len(references))
 
 
 def translate_and_evaluate(translate_fn, sources: Sequence[str], references: Sequence[str],
@@ -176,29 +198,30 @@ class TranslationMemory:
 
 @dataclasses.dataclass(frozen=True)
 class Floors:
-    """BLEU of the two baselines on the model's own test sentences."""
+    """BLEU and chrF of the two baselines on the model's own test sentences."""
 
     copy: Evaluation
     translation_memory: Evaluation
 
     def to_dict(self) -> dict:
-        return {name: {"sacrebleu": e.sacrebleu.score, "tokenized_bleu": e.tokenized.score}
+        return {name: {"sacrebleu": e.sacrebleu.score, "tokenized_bleu": e.tokenized.score,
+                       "chrf": e.chrf.score}
                 for name, e in (("copy", self.copy), ("translation_memory", self.translation_memory))}
 
 
 def floors(sources: Sequence[str], references: Sequence[str],
            train_pairs: Sequence[Tuple[str, str]], lang: str = "de") -> Floors:
-    """Copy and translation-memory BLEU (both ways) on ``sources``/``references``."""
+    """Copy and translation-memory BLEU (both ways) and chrF on ``sources``/``references``."""
     memory = TranslationMemory(train_pairs).lookup(list(sources))
     return Floors(evaluate_translations(copy_floor(sources), references, lang),
                   evaluate_translations(memory, references, lang))
 
 
 def floor_lines(result: Evaluation, floors: Floors) -> list:
-    """The model's BLEU and the two floors, aligned, highest first."""
+    """The model's BLEU and chrF and the two floors', aligned, highest first."""
     rows = [("model", result), (MEMORY, floors.translation_memory), (COPY, floors.copy)]
     return [f"{name:<19} sacreBLEU {e.sacrebleu.score:6.2f}   tokenized BLEU {e.tokenized.score:6.2f}"
-            for name, e in rows]
+            f"   {CHRF} {e.chrf.score:6.2f}" for name, e in rows]
 
 
 def verdict(result: Evaluation, floors: Floors) -> str:

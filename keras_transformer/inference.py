@@ -1,17 +1,21 @@
 """Translation with a trained model: strings in, strings out, all in TensorFlow ops (section 6.1).
 
 ``Translator`` joins the three pieces that know nothing of each other: the tokenizer, the model
-(``encode`` / ``init_cache`` / ``decode_step``) and the search (``decoding.beam_search``, which sees the
-model only through one step function, made here by ``search_inputs``). It makes the decoding
-decisions: which tokens are never produced, how long each output may be, and whether the cache
-grows (the fastest) or is a fixed buffer (when XLA compiles the search). Its functions are what
-the SavedModel exports:
+(``encode`` / ``init_cache`` / ``decode_step``; or several, an ensemble) and the search
+(``decoding.beam_search`` / ``greedy_search`` / ``sample_search``, which see the model only through
+one step function, made here by ``search_inputs``). ``Translator.search`` is the one door to the search: it makes the decoding
+decisions (which tokens are never produced, how long each output may be, whether the cache grows
+or is a fixed buffer because XLA compiles the search), and nothing else assembles a search. Its
+functions are what the SavedModel exports:
 
 - ``translate_text(texts)``: ``tf.string [batch]`` -> ``{"translations", "scores", "truncated"}``;
 - ``translate_ids(source_ids)``: int32 ``[batch, length]`` -> the n-best ``{"ids", "scores", "lengths"}``,
   core TensorFlow ops only (for servers built without the tf-text ops);
 - ``translate_text_nbest(texts)``: ``tf.string [batch]`` -> the whole n-best list as text,
-  ``{"translations", "scores"}`` each ``[batch, beam]`` and ``"truncated"`` ``[batch]``.
+  ``{"translations", "scores"}`` each ``[batch, beam]`` and ``"truncated"`` ``[batch]``;
+- ``score_text(sources, targets)``: two ``tf.string [batch]`` -> the targets' log-probabilities by
+  forced decoding, ``{"log_prob", "tokens", "nll_per_token", "truncated"}``; ``score_ids`` the same
+  from ids, core TensorFlow ops only.
 
 Inputs are answered, never crashed on: invalid UTF-8 is replaced by U+FFFD before tokenisation,
 characters never seen in training are spelled as bytes by the tokenizer, an empty or whitespace-only
@@ -21,6 +25,7 @@ never saw longer sources in training, so translating the rest would be a guess.
 """
 
 import dataclasses
+import functools
 import os
 from typing import Callable, List, Sequence
 
@@ -48,25 +53,73 @@ class DecodingConfig:
             raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}.")
 
 
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """Random sampling instead of beam search (``decoding.sample_search``): each next token drawn
+    from the model's distribution divided by ``temperature``, cut to the ``top_k`` most probable
+    tokens (0: no cut) and then to the nucleus of probability ``top_p`` (1: no cut). ``seed``:
+    the same seed and input give the same translations."""
+
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0: every token), got {self.top_k!r}.")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+            raise ValueError(f"top_p must be a number in (0, 1] (1: no nucleus cut), got "
+                             f"{self.top_p!r}.")
+        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an integer, got {self.seed!r}.")
+
+
 # The input of every text translation function: a batch of sentences, as TF Serving sends them.
 TEXT_INPUT_SPEC = tf.TensorSpec([None], tf.string, name="inputs")
 # The names an exported SavedModel serves the Translator's functions under (export.saved_model
 # writes them, the loaders below read them): translate_text, translate_ids, translate_text_nbest.
 TEXT_SIGNATURE, IDS_SIGNATURE, NBEST_SIGNATURE = "serving_default", "translate_ids", "translate_nbest"
+# The scoring functions, score_text and score_ids: their inputs as TF Serving sends them, their names.
+SCORE_INPUT_SPECS = [tf.TensorSpec([None], tf.string, name="sources"),
+                     tf.TensorSpec([None], tf.string, name="targets")]
+SCORE_IDS_INPUT_SPECS = [tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+                         tf.TensorSpec([None, None], tf.int32, name="target_ids")]
+SCORE_SIGNATURE, SCORE_IDS_SIGNATURE = "score", "score_ids"
 
 
 class Translator(tf.Module):
-    """A model, its tokenizer and search settings; see the module docstring."""
+    """A model, its tokenizer and search settings; see the module docstring.
+
+    Args:
+      model: a ``Transformer``, or a list of them: an ensemble, decoded together (each step
+        averages the members' log-probabilities; ``ensemble_inputs``). Memory and time grow
+        linearly with the members. ``model`` is then the first member (its config stands for all).
+      tokenizer: the ``SubwordTokenizer`` the model was trained with (the same vocabulary size);
+        an ensemble's members must all have been trained with it.
+      decoding_config: the search's ``DecodingConfig`` (the paper's beam 4, alpha 0.6, +50).
+      name: the ``tf.Module`` name.
+    """
 
     def __init__(self, model, tokenizer, decoding_config=DecodingConfig(), name=None):
         super().__init__(name=name)
-        if tokenizer.vocab_size != model.config.output_vocab_size:
-            raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary "
-                             f"has {model.config.output_vocab_size}: they were not trained together.")
-        self.model = model
+        members = list(model) if isinstance(model, (list, tuple)) else [model]
+        if not members:
+            raise ValueError("an ensemble needs at least one model.")
+        for index, member in enumerate(members):
+            whose = "the model's" if len(members) == 1 else f"ensemble member {index}'s"
+            if tokenizer.vocab_size != member.config.output_vocab_size:
+                raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but {whose} "
+                                 f"vocabulary has {member.config.output_vocab_size}: they were not "
+                                 "trained together.")
+        self.members = members
+        self.model = members[0]
         self.tokenizer = tokenizer
         self.decoding = decoding_config
-        self.max_source_length = model.config.max_length
+        # The members' positions: none has seen sources longer than its own max_length.
+        self.max_source_length = min(member.config.max_length for member in members)
         # The output ids: one static buffer for every batch (XLA-friendly, and one output shape);
         # each sentence stops at its own source length + extra_length.
         self.max_decode_length = self.max_source_length + decoding_config.extra_length
@@ -84,6 +137,73 @@ class Translator(tf.Module):
         ids = tf.concat([tf.cast(pieces, tf.int32), end], axis=1).to_tensor(self.tokenizer.pad_id)
         return ids, truncated, pieces.row_lengths() == 0
 
+    def search(self, source_ids, n_best=None, *, greedy=False, max_lengths=None,
+               max_decode_length=None, banned_ids=(), incremental=True,
+               sampling=None) -> decoding.DecodeResult:
+        """The one door to the search: int32 source ids [batch, length] (each row subwords, EOS,
+        padding; ``padded_after_end`` for rows padded otherwise) -> ``decoding.DecodeResult``. Every
+        translation, export, benchmark and example searches through here, so the decisions below
+        are made once:
+
+        - the start id and the ids never produced: padding and the start symbol (never targets, so
+          the model was not trained to rule them out), and ``banned_ids`` besides;
+        - the length limits: each sentence its source length + ``extra_length`` (or its entry of
+          ``max_lengths``, int32 [batch]), in an ids buffer of ``max_decode_length`` tokens (default
+          the model's ``max_length`` + ``extra_length``: one output shape for every batch);
+        - whether XLA compiles the search: then the self-attention cache is a fixed buffer and no
+          sentence leaves the batch early, else the cache grows and finished sentences leave;
+        - for an ensemble, how its members are combined (``ensemble_inputs``).
+
+        Beam search with the ``DecodingConfig``'s beam and alpha (``n_best=1``: only the best is
+        needed, it may stop sooner), or ``greedy``, or random sampling with a ``SamplingConfig``
+        (``sampling``; greedy's output shapes, scored with the model's own log-probabilities and
+        the alpha). ``incremental=False`` re-runs the decoder over the whole prefix at each step
+        instead of reading the key/value cache: the slow reference the cache is measured and
+        tested against.
+        """
+        if greedy and sampling is not None:
+            raise ValueError("search: greedy and sampling exclude each other; pass one.")
+        pad_id, end_id = self.tokenizer.pad_id, self.tokenizer.end_id
+        buffer = max_decode_length or self.max_decode_length
+        if max_lengths is None:
+            source_lengths = tf.reduce_sum(tf.cast(source_ids != pad_id, tf.int32), axis=1)
+            max_lengths = source_lengths + self.decoding.extra_length
+        banned = tf.scatter_nd([[i] for i in (pad_id, self.tokenizer.start_id, *banned_ids)],
+                               tf.fill([2 + len(banned_ids)], -1e9),
+                               [self.model.config.output_vocab_size])
+        xla = decoding.compiling_with_xla()
+        fixed_length = None
+        if incremental and xla:
+            # Under XLA, which needs one shape for every step, the cache is a fixed buffer of this
+            # batch's longest possible output.
+            fixed_length = max_decode_length or (
+                tf.minimum(tf.shape(source_ids)[1], self.max_source_length)
+                + self.decoding.extra_length)
+            max_lengths = tf.minimum(max_lengths, fixed_length)
+        members = []
+        for model in self.members:
+            memory, memory_mask = model.encode(source_ids)
+            members.append(search_inputs(model, memory, memory_mask, fixed_length, logits_bias=banned)
+                           if incremental else
+                           prefix_inputs(model, memory, memory_mask, buffer if xla else None, banned))
+        cache, shared, symbols_to_logits_fn = (members[0] if len(members) == 1
+                                               else ensemble_inputs(members))
+        start = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.tokenizer.start_id, tf.int32))
+        options = dict(max_lengths=max_lengths, pad_id=pad_id, shared_cache=shared,
+                       drop_finished=not xla)
+        if sampling is not None:
+            return decoding.sample_search(symbols_to_logits_fn, start, cache, buffer, end_id,
+                                          seed=sampling.seed, top_k=sampling.top_k,
+                                          top_p=sampling.top_p, temperature=sampling.temperature,
+                                          alpha=self.decoding.alpha, **options)
+        if greedy:
+            return decoding.greedy_search(symbols_to_logits_fn, start, cache, buffer, end_id,
+                                          alpha=self.decoding.alpha, **options)
+        return decoding.beam_search(symbols_to_logits_fn, start, cache,
+                                    beam_size=self.decoding.beam_size, alpha=self.decoding.alpha,
+                                    max_decode_length=buffer, eos_id=end_id, n_best=n_best,
+                                    **options)
+
     def translate_ids(self, source_ids, n_best=None):
         """int32 [batch, length], each row subwords then EOS (as ``source_ids`` makes them) ->
         n-best ``{"ids": [batch, beam, L], "scores": [batch, beam], "lengths": [batch, beam]}``
@@ -94,46 +214,30 @@ class Translator(tf.Module):
         # only the EOS tells where a sentence ends.
         source_ids = padded_after_end(tf.cast(source_ids, tf.int32), self.tokenizer.end_id,
                                       self.model.config.pad_id)
-        memory, memory_mask = self.model.encode(source_ids)
-        source_lengths = tf.reduce_sum(tf.cast(source_ids != self.model.config.pad_id, tf.int32), axis=1)
-        start = tf.fill([tf.shape(source_ids)[0]], tf.constant(self.tokenizer.start_id, tf.int32))
-        # Padding and the start symbol are never a next token; the model was not trained to rule
-        # them out (they are never targets), so the search must.
-        never = tf.scatter_nd([[self.tokenizer.pad_id], [self.tokenizer.start_id]], [-1e9, -1e9],
-                              [self.model.config.output_vocab_size])
-        # A growing self-attention cache (each step reads only the steps so far) and the encoder's
-        # keys/values kept once per sentence, not copied per beam. Under XLA, which needs one shape
-        # for every step: fixed buffers for this batch's longest possible output. Each sentence
-        # stops at its own source length + extra_length.
-        extra = self.decoding.extra_length
-        limits, fixed_length = source_lengths + extra, None
-        if decoding.compiling_with_xla():
-            fixed_length = tf.minimum(tf.shape(source_ids)[1], self.max_source_length) + extra
-            limits = tf.minimum(limits, fixed_length)
-        cache, shared, symbols_to_logits_fn = search_inputs(self.model, memory, memory_mask,
-                                                            fixed_length, logits_bias=never)
-        # Sentences whose best translation is final leave the batch (not under XLA).
-        result = decoding.beam_search(
-            symbols_to_logits_fn, start, cache, beam_size=self.decoding.beam_size,
-            alpha=self.decoding.alpha, max_decode_length=self.max_decode_length,
-            eos_id=self.tokenizer.end_id, max_lengths=limits,
-            pad_id=self.tokenizer.pad_id, n_best=n_best, shared_cache=shared)
+        result = self.search(source_ids, n_best=n_best)
         return {"ids": result.ids, "scores": result.scores, "lengths": result.lengths}
 
-    def translate_text(self, texts):
+    def translate_text(self, texts, sampling=None):
         """tf.string [batch] -> ``{"translations": tf.string, "scores": float32, "truncated": bool}``,
-        each [batch]; the score is the best hypothesis' log P / length penalty."""
+        each [batch]; the score is the best hypothesis' log P / length penalty. With a
+        ``SamplingConfig`` each translation is a sample instead (``search``), scored the same way."""
         source_ids, truncated, empty = self.source_ids(texts)
-        best = self.translate_ids(source_ids, n_best=1)
-        translations = self.tokenizer.detokenize(best["ids"][:, 0])
+        if sampling is None:
+            best = self.translate_ids(source_ids, n_best=1)
+            ids, scores = best["ids"][:, 0], best["scores"][:, 0]
+        else:
+            sampled = self.search(source_ids, sampling=sampling)
+            ids, scores = sampled.ids, sampled.scores
+        translations = self.tokenizer.detokenize(ids)
         return {"translations": tf.where(empty, tf.constant("", tf.string), translations),
-                "scores": tf.where(empty, 0.0, best["scores"][:, 0]),
+                "scores": tf.where(empty, 0.0, scores),
                 "truncated": truncated}
 
-    def text_function(self):
+    def text_function(self, sampling=None):
         """``translate_text`` as a ``tf.function`` over any batch of strings (the signature the
         SavedModel serves), traced once; it reads the model's variables on every call."""
-        return tf.function(self.translate_text, input_signature=[TEXT_INPUT_SPEC])
+        return tf.function(functools.partial(self.translate_text, sampling=sampling),
+                           input_signature=[TEXT_INPUT_SPEC])
 
     def translate_text_nbest(self, texts):
         """tf.string [batch] -> ``{"translations": tf.string [batch, beam], "scores": float32
@@ -156,6 +260,47 @@ class Translator(tf.Module):
     def nbest_function(self):
         """``translate_text_nbest`` as a ``tf.function`` over any batch of strings, traced once."""
         return tf.function(self.translate_text_nbest, input_signature=[TEXT_INPUT_SPEC])
+
+    def score_ids(self, source_ids, target_ids):
+        """Forced decoding (teacher forcing): int32 ``source_ids`` and ``target_ids`` [batch, length],
+        each row subwords then EOS (as ``source_ids`` makes them) -> ``{"log_prob": float32,
+        "tokens": int32, "nll_per_token": float32}``, each [batch]: the sum of log P(y_t | y_<t, x)
+        under the model's softmax over the target's tokens (its subwords and EOS), their count, and
+        -log_prob / tokens. As for ``translate_ids``, whatever follows a row's first EOS is padding,
+        whichever ids it holds; a row without EOS is its non-PAD ids (a target row without EOS: the
+        log-probability of that prefix). Core TensorFlow ops only."""
+        pad_id, end_id = self.model.config.pad_id, self.tokenizer.end_id
+        source_ids = padded_after_end(tf.cast(source_ids, tf.int32), end_id, pad_id)
+        target_ids = padded_after_end(tf.cast(target_ids, tf.int32), end_id, pad_id)
+        start = tf.fill([tf.shape(target_ids)[0], 1], tf.constant(self.tokenizer.start_id, tf.int32))
+        logits = self.model((source_ids, tf.concat([start, target_ids[:, :-1]], axis=1)),
+                            training=False)
+        # The log-softmax at the target id, without a [batch, length, vocabulary] table of them.
+        token_log_probs = -tf.nn.sparse_softmax_cross_entropy_with_logits(target_ids, logits)
+        real = target_ids != pad_id
+        log_prob = tf.reduce_sum(tf.where(real, token_log_probs, 0.0), axis=1)
+        tokens = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
+        return {"log_prob": log_prob, "tokens": tokens,
+                "nll_per_token": tf.math.divide_no_nan(-log_prob, tf.cast(tokens, tf.float32))}
+
+    def score_text(self, sources, targets):
+        """Sentence pairs, ``tf.string`` [batch] each -> ``score_ids``' dict and ``"truncated"``
+        bool [batch]. Both sides are tokenized as ``translate_text`` tokenizes its input (invalid
+        UTF-8 replaced, spaces stripped); an empty target is its EOS alone. A source longer than
+        ``max_length`` subwords is cut as for translating; a longer target is scored on its first
+        ``max_length - 1`` subwords without EOS (the log-probability of that prefix: the model has
+        no positions for the rest, and the EOS it lacks is not scored). A cut on either side marks
+        the pair ``truncated``."""
+        source_ids, source_cut, _ = self.source_ids(sources)
+        target_ids, target_cut, _ = self.source_ids(targets)
+        target_ids = tf.where(target_cut[:, None] & (target_ids == self.tokenizer.end_id),
+                              tf.constant(self.model.config.pad_id, tf.int32), target_ids)
+        return {**self.score_ids(source_ids, target_ids), "truncated": source_cut | target_cut}
+
+    def score_function(self):
+        """``score_text`` as a ``tf.function`` over any batch of pairs (the ``score`` signature),
+        traced once."""
+        return tf.function(self.score_text, input_signature=SCORE_INPUT_SPECS)
 
 
 def padded_after_end(ids, end_id, pad_id):
@@ -180,7 +325,8 @@ def search_inputs(model, memory, memory_mask, max_decode_length=None, logits_bia
     weights = model.step_weights()  # here, before the search's loop: once, not per step
 
     def symbols_to_logits_fn(ids, i, cache, memory_cache):
-        logits, cache = model.decode_step(ids[:, i], i, cache, memory_cache, weights)
+        logits, cache = model.decode_step(ids[:, i], i, cache, memory_cache,
+                                          grow_cache=max_decode_length is None, weights=weights)
         if logits_bias is not None:
             # Grappler fuses the add into the projection's matrix product: profiles show the
             # product under this name.
@@ -189,6 +335,44 @@ def search_inputs(model, memory, memory_mask, max_decode_length=None, logits_bia
         return logits, cache
 
     return cache, memory_cache, symbols_to_logits_fn
+
+
+def prefix_inputs(model, memory, memory_mask, fixed_length=None, logits_bias=None):
+    """``search_inputs``' triple without a key/value cache (the shared cache is None): each step
+    re-runs the decoder over the whole prefix, the slow reference of ``Translator.search(...,
+    incremental=False)``. ``fixed_length``: the prefix's one shape under XLA (the causal mask
+    hides the columns after step ``i``)."""
+
+    def symbols_to_logits_fn(ids, i, cache):
+        prefix = ids[:, :i + 1] if fixed_length is None else ids[:, :fixed_length]
+        logits = model.decode(prefix, cache["memory"], cache["memory_mask"])[:, i]
+        return (logits if logits_bias is None else logits + logits_bias), cache
+
+    return {"memory": memory, "memory_mask": memory_mask}, None, symbols_to_logits_fn
+
+
+def ensemble_inputs(members):
+    """One ``(initial_cache, shared_cache, symbols_to_logits_fn)`` of several models' (each made
+    by ``search_inputs`` or ``prefix_inputs``), decoded together: the caches are plain dicts
+    ``{"member_0": ..., "member_1": ...}`` of the members' own, and each step returns the mean of
+    the members' log-softmax, as Marian averages an ensemble. The search's own log-softmax then
+    renormalises it, so a hypothesis' score is ``log P(Y) / lp(Y)`` with ``P(y_t | ...)`` the
+    members' geometric mean probability of ``y_t``, divided by its sum over the vocabulary.
+    Every member runs its full step: memory and time grow linearly with the members."""
+    names = [f"member_{n}" for n in range(len(members))]
+    shares = members[0][1] is not None
+    cache = {name: member[0] for name, member in zip(names, members)}
+    shared = {name: member[1] for name, member in zip(names, members)} if shares else None
+
+    def symbols_to_logits_fn(ids, i, cache, *shared):
+        log_probs, new_cache = [], {}
+        for name, (_, _, step) in zip(names, members):
+            logits, new_cache[name] = step(ids, i, cache[name],
+                                           *[part[name] for part in shared])
+            log_probs.append(tf.nn.log_softmax(tf.cast(logits, tf.float32)))
+        return tf.add_n(log_probs) / len(members), new_cache
+
+    return cache, shared, symbols_to_logits_fn
 
 
 def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch_size: int = 32,
@@ -200,7 +384,7 @@ def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch
     same signature of an exported SavedModel). ``progress(n)`` is called after each batch.
     """
     results = [None] * len(sentences)
-    for indices, outputs in _length_sorted_batches(translate_fn, sentences, batch_size, progress):
+    for indices, outputs in _length_sorted_batches(translate_fn, [sentences], batch_size, progress):
         for row, index in enumerate(indices):
             results[index] = {"translation": outputs["translations"][row].decode("utf-8", "replace"),
                               "score": float(outputs["scores"][row]),
@@ -215,7 +399,7 @@ def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], bat
     SavedModel). One dict per sentence, in input order: ``{"translations": [str] * beam, "scores":
     [float] * beam, "truncated": bool}``, best first."""
     results = [None] * len(sentences)
-    for indices, outputs in _length_sorted_batches(nbest_fn, sentences, batch_size, progress):
+    for indices, outputs in _length_sorted_batches(nbest_fn, [sentences], batch_size, progress):
         for row, index in enumerate(indices):
             results[index] = {"translations": [t.decode("utf-8", "replace")
                                                for t in outputs["translations"][row]],
@@ -224,17 +408,59 @@ def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], bat
     return results
 
 
-def _length_sorted_batches(translate_fn, sentences, batch_size, progress):
-    """``(indices, outputs as NumPy)`` per batch of sentences of similar length (little padding)."""
+def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequence[str],
+                     batch_size: int = 32, progress: Callable[[int], None] = None) -> List[dict]:
+    """``translate_in_batches`` for sentence pairs: ``score_fn`` maps two tf.string [batch]
+    (sources, targets) to the dict of ``Translator.score_text`` (or the ``score`` signature of an
+    exported SavedModel). One dict per pair, in input order: ``{"log_prob": float, "tokens": int,
+    "nll_per_token": float, "truncated": bool}``."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: they must pair up.")
+    results = [None] * len(sources)
+    for indices, outputs in _length_sorted_batches(score_fn, [sources, targets], batch_size, progress):
+        for row, index in enumerate(indices):
+            results[index] = {"log_prob": float(outputs["log_prob"][row]),
+                              "tokens": int(outputs["tokens"][row]),
+                              "nll_per_token": float(outputs["nll_per_token"][row]),
+                              "truncated": bool(outputs["truncated"][row])}
+    return results
+
+
+def _length_sorted_batches(fn, columns, batch_size, progress):
+    """``(indices, outputs as NumPy)`` per batch of rows of similar length (little padding):
+    ``fn`` takes one tf.string [batch] per column of ``columns`` (equally long lists of strings),
+    and a row's length is that of its strings together."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}.")
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+    order = sorted(range(len(columns[0])), key=lambda i: sum(len(column[i]) for column in columns))
     for start in range(0, len(order), batch_size):
         indices = order[start:start + batch_size]
-        batch = tf.constant([sentences[i] for i in indices], tf.string)
-        yield indices, {k: np.asarray(v) for k, v in translate_fn(batch).items()}
+        batches = [tf.constant([column[i] for i in indices], tf.string) for column in columns]
+        yield indices, {k: np.asarray(v) for k, v in fn(*batches).items()}
         if progress is not None:
             progress(len(indices))
+
+
+def parse_nbest_line(line: bytes):
+    """A line of ``trainers.translate --n_best`` (``INDEX<TAB>SCORE<TAB>TRANSLATION``, bytes
+    without the line break; the translation may itself hold tabs) -> ``(index, score,
+    translation)``; a ValueError saying what is wrong with it otherwise."""
+    fields = line.split(b"\t", 2)
+    if len(fields) != 3:
+        raise ValueError(f"{len(fields) - 1} tab(s); an n-best line is INDEX<TAB>SCORE<TAB>TRANSLATION "
+                         "(as python -m trainers.translate --n_best writes it)")
+    try:
+        index = int(fields[0])
+    except ValueError:
+        index = -1
+    if index < 0:
+        raise ValueError(f"INDEX {fields[0].decode('utf-8', 'replace')!r} is not a line number "
+                         "(0, 1, ...)")
+    try:
+        score = float(fields[1])
+    except ValueError:
+        raise ValueError(f"SCORE {fields[1].decode('utf-8', 'replace')!r} is not a number") from None
+    return index, score, fields[2]
 
 
 def load_exported_translate_fn(path: str):
@@ -255,16 +481,32 @@ def load_exported_nbest_fn(path: str):
     ``translate_nbest_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns
     ``(nbest_fn, version_path, beam_size)``; an export without the signature (the ids-only one, or
     one written before n-best lists were exported) is a ValueError naming the path."""
+    signature, path = _exported_signature(path, NBEST_SIGNATURE, "n-best lists were; export the "
+                                          "run again for them")
+    beam_size = signature.structured_outputs["scores"].shape[1]
+    return (lambda batch: signature(inputs=batch)), path, beam_size
+
+
+def load_exported_score_fn(path: str):
+    """The ``score`` signature of an exported SavedModel as a ``score_fn`` for
+    ``score_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(score_fn,
+    version_path)``; an export without the signature (the ids-only one, or one written before
+    scoring was exported, such as the shipped model) is a ValueError naming the path."""
+    signature, path = _exported_signature(path, SCORE_SIGNATURE, "scoring was; export the run "
+                                          "again to score with it")
+    return (lambda sources, targets: signature(sources=sources, targets=targets)), path
+
+
+def _exported_signature(path, name, missing):
+    """``(signature name of the export at path, version path)``; ``missing`` ends the error for an
+    export older than the signature ("... it was exported before {missing}.")."""
     loaded, path = _load_exported(path)
-    if NBEST_SIGNATURE not in loaded.signatures:
+    if name not in loaded.signatures:
         if "inputs" not in loaded.signatures[TEXT_SIGNATURE].structured_input_signature[1]:
             raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
                              "export without the _ids suffix.")
-        raise ValueError(f"{path} has no {NBEST_SIGNATURE} signature: it was exported before "
-                         "n-best lists were; export the run again for them.")
-    signature = loaded.signatures[NBEST_SIGNATURE]
-    beam_size = signature.structured_outputs["scores"].shape[1]
-    return (lambda batch: signature(inputs=batch)), path, beam_size
+        raise ValueError(f"{path} has no {name} signature: it was exported before {missing}.")
+    return loaded.signatures[name], path
 
 
 def exported_version_path(path: str) -> str:

@@ -21,6 +21,10 @@ class Transformer(keras.Model):
     ``model((source_ids, target_input_ids), training=...)`` -> float32 logits
     [batch, target_length, target_vocab]; ids are int [batch, length] with ``config.pad_id`` (0) as
     padding. For decoding: ``encode`` once, ``init_cache``, then ``decode_step`` per output position.
+
+    Args:
+      config: a ``TransformerConfig`` (or its ``to_dict()``): every size and rate of the model.
+      **kwargs: ``keras.Model`` arguments (``name``, ``dtype``, e.g. "mixed_bfloat16").
     """
 
     def __init__(self, config, **kwargs):
@@ -41,6 +45,8 @@ class Transformer(keras.Model):
         self.softmax_embedding = (self.target_embedding if config.share_embeddings else
                                   SharedEmbedding(config.output_vocab_size, d_model,
                                                   name="softmax_embedding", dtype=policy))
+        # Table 3 row (E): learned positional embeddings; None with the paper's sinusoids.
+        self.source_positions = self.target_positions = None
         if config.positional == "learned":
             self.source_positions = LearnedPositionalEmbedding(config.max_length, d_model,
                                                                name="source_positions", dtype=policy)
@@ -70,7 +76,7 @@ class Transformer(keras.Model):
         for embedding in {id(e): e for e in (self.source_embedding, self.target_embedding,
                                              self.softmax_embedding)}.values():
             embedding.build()
-        if self.config.positional == "learned":
+        if self.source_positions is not None:
             self.source_positions.build()
             self.target_positions.build()
         d_model = self.config.d_model
@@ -110,7 +116,7 @@ class Transformer(keras.Model):
     def _embed(self, ids, embedding, positions, start=0, training=None, word_dropout=None):
         """Token embeddings x sqrt(d_model) (section 3.4) plus positional encodings (section 3.5)."""
         length = ops.shape(ids)[1]
-        if self.config.positional == "learned":
+        if positions is not None:
             position_table = positions(ids, start=start)
         else:
             position_table = positional_encoding(length, self.config.d_model, start)
@@ -125,7 +131,7 @@ class Transformer(keras.Model):
         memory_mask bool [batch, 1, 1, source_length])."""
         source_ids = self._checked_ids(source_ids, self.config.vocab_size, "source_ids")
         memory_mask = masks.padding_mask(source_ids, self.config.pad_id)
-        x = self._embed(source_ids, self.source_embedding, getattr(self, "source_positions", None),
+        x = self._embed(source_ids, self.source_embedding, self.source_positions,
                         training=training, word_dropout=self.source_word_dropout)
         return self.encoder(x, padding_mask=memory_mask, training=training), memory_mask
 
@@ -133,7 +139,7 @@ class Transformer(keras.Model):
         """Teacher-forced decoding: float32 logits [batch, target_length, target_vocab]."""
         target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
                                              "target_input_ids")
-        x = self._embed(target_input_ids, self.target_embedding, getattr(self, "target_positions", None),
+        x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
                         training=training, word_dropout=self.target_word_dropout)
         self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
         x = self.decoder(x, memory, self_mask, memory_mask, training=training)
@@ -152,9 +158,9 @@ class Transformer(keras.Model):
         target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
                                              "target_input_ids")
         memory_mask = masks.padding_mask(source_ids, self.config.pad_id)
-        x = self._embed(source_ids, self.source_embedding, getattr(self, "source_positions", None))
+        x = self._embed(source_ids, self.source_embedding, self.source_positions)
         memory, encoder_weights = self.encoder(x, padding_mask=memory_mask, return_attention_weights=True)
-        y = self._embed(target_input_ids, self.target_embedding, getattr(self, "target_positions", None))
+        y = self._embed(target_input_ids, self.target_embedding, self.target_positions)
         self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
         _, decoder_weights = self.decoder(y, memory, self_mask, memory_mask, return_attention_weights=True)
         return {"encoder_self": encoder_weights,
@@ -168,19 +174,18 @@ class Transformer(keras.Model):
         in the layout ``decoding.beam_search`` takes them (``initial_cache``, ``shared_cache``):
 
         - ``cache``, one row per hypothesis: each decoder layer's self-attention keys and values,
-          ``{"self": {"layer_i": {"key", "value"}}}`` empty and growing by one position per
-          ``decode_step`` (``max_decode_length=None``; each step then touches only the steps so
-          far: the fastest without XLA), or ``{"self_fixed": ...}`` zero buffers of
-          ``max_decode_length`` steps written in place (one shape for every step, as XLA needs).
+          ``{"layer_i": {"key", "value"}}``, empty and growing by one position per ``decode_step``
+          (``max_decode_length=None``; each step then touches only the steps so far: the fastest
+          without XLA), or zero buffers of ``max_decode_length`` steps written in place (one shape
+          for every step, as XLA needs; then call ``decode_step(..., grow_cache=False)``).
         - ``memory_cache``, one row per sentence: ``{"mask": memory_mask, "layer_i": {"key",
           "value"}}``, the encoder output projected once. Every hypothesis of a sentence shares
           it: ``decode_step`` accepts several adjacent rows of ids per memory row, so a beam
           search never copies or reorders it.
         """
         batch = ops.shape(memory)[0]
-        layers = self.decoder.initial_cache(batch, max_decode_length)
-        cache = {"self": layers} if max_decode_length is None else {"self_fixed": layers}
-        return cache, {"mask": memory_mask, **self.decoder.memory_cache(memory)}
+        return (self.decoder.initial_cache(batch, max_decode_length),
+                {"mask": memory_mask, **self.decoder.memory_cache(memory)})
 
     def step_weights(self):
         """What every ``decode_step`` of a search reads, derived from the weights once per search
@@ -190,29 +195,36 @@ class Transformer(keras.Model):
         embeddings = self.softmax_embedding.embeddings
         return {"output_kernel": ops.transpose(ops.cast(embeddings, self.compute_dtype))}
 
-    def decode_step(self, ids, index, cache, memory_cache, weights=None):
+    def decode_step(self, ids, index, cache, memory_cache, *, grow_cache, weights=None):
         """ids int [rows]: the tokens at position ``index`` (scalar); ``cache`` and
         ``memory_cache`` from ``init_cache`` (rows a multiple of the memory's rows, the
-        hypotheses of one sentence adjacent); ``weights``: ``step_weights()`` (optional, the same
-        logits faster). Returns float32 logits [rows, target_vocab] for position index + 1, and
-        the updated ``cache``."""
-        fixed = "self_fixed" in cache
-        layers = cache["self_fixed" if fixed else "self"]
+        hypotheses of one sentence adjacent); ``grow_cache``: whether ``cache`` grows (True,
+        ``init_cache`` without ``max_decode_length``) or is fixed buffers (False); ``weights``:
+        ``step_weights()`` (optional, the same logits faster). Returns float32 logits [rows,
+        target_vocab] for position index + 1, and the updated ``cache``."""
+        # A cache of the other kind would be read wrongly without an error; say so where it shows.
+        length = cache["layer_0"]["key"].shape[2]
+        if grow_cache and isinstance(index, int) and length is not None and length != index:
+            raise ValueError(f"decode_step: the cache holds {length} positions at step {index}: "
+                             "fixed buffers (init_cache with max_decode_length) need grow_cache=False.")
+        if not grow_cache and length == 0:
+            raise ValueError("decode_step: an empty cache (init_cache without max_decode_length) "
+                             "grows: pass grow_cache=True.")
         # One [rows, d_model] row per hypothesis: plain matrix products, fewer ops per step than
         # the [rows, 1, d_model] of teacher forcing.
         x = self._embed(ops.expand_dims(ops.cast(ids, "int32"), 1), self.target_embedding,
-                        getattr(self, "target_positions", None), start=index)
+                        self.target_positions, start=index)
         x = ops.reshape(x, (-1, self.config.d_model))
-        mask = (masks.cache_step_mask(index, ops.shape(layers["layer_0"]["key"])[2])
-                if fixed else None)
-        x, layers = self.decoder(x, None, mask, memory_cache["mask"], cache=layers,
-                                 memory_cache=memory_cache, cache_index=index, grow_cache=not fixed)
+        mask = (None if grow_cache else
+                masks.cache_step_mask(index, ops.shape(cache["layer_0"]["key"])[2]))
+        x, cache = self.decoder.step(x, cache, index, memory_cache, memory_cache["mask"], mask,
+                                     grow_cache=grow_cache)
         with tf.name_scope("output_projection"):  # a label for profiles
             if weights is None:
                 logits = self.softmax_embedding.project(x)
             else:
                 logits = ops.cast(ops.matmul(x, weights["output_kernel"]), "float32")
-        return logits, {"self_fixed" if fixed else "self": layers}
+        return logits, cache
 
     def get_config(self):
         return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable,

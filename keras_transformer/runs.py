@@ -16,15 +16,17 @@
       train.log, report.json, test.hyp   the quickstart's log, report and translations
 
 Everything that reads or writes these names asks this module: the trainer, the averaging, the
-evaluation, the translator, the exports and the programs.
+evaluation, the translator, the exports and the programs. Building a model, what a checkpoint of
+it holds and restoring it are ``keras_transformer.weights``'s; this module finds which checkpoint
+(by name or path) and hands it there.
 """
 
 import json
 import math
 import os
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
-from keras_transformer import writing
+from keras_transformer import weights, writing
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "summary.json"
@@ -50,9 +52,6 @@ BEST_PREFIX = os.path.join(BEST, "ckpt")
 BEST_RECORD = os.path.join(BEST, "best.json")
 # --export_best's SavedModels: MODEL_DIR/best_export/<step> and MODEL_DIR/best_export_ids/<step>.
 BEST_EXPORT = "best_export"
-# --mixed_precision value -> Keras dtype policy (variables stay float32 in both mixed modes).
-PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16",
-                      "float16": "mixed_float16"}
 
 
 def _finite_json(value):
@@ -105,41 +104,6 @@ def data_config(run: dict):
         return DataConfig(**recorded)
     except (TypeError, ValueError):
         return None
-
-
-def build_model(model_config, mixed_precision: str = "float32"):
-    """A built ``Transformer`` (variables created) with the dtype policy of ``mixed_precision``."""
-    import tensorflow as tf
-
-    from keras_transformer.model import Transformer
-
-    model = Transformer(model_config, dtype=PRECISION_POLICIES[mixed_precision])
-    dummy = tf.ones([1, 2], tf.int32)
-    model((dummy, dummy), training=False)
-    return model
-
-
-def model_checkpoint(model, **others):
-    """A ``tf.train.Checkpoint`` holding every variable of ``model`` (plus ``others``).
-
-    Keras 3 does not expose layers kept in Python lists (the encoder's N layers) to
-    ``tf.train.Checkpoint``'s object graph, so ``Checkpoint(model=model)`` alone would save the
-    embeddings only. The variables are therefore also tracked as one list, in the model's
-    deterministic variable order (same code and config, same order).
-    """
-    import tensorflow as tf
-
-    return tf.train.Checkpoint(model=model, model_variables=list(model.variables), **others)
-
-
-def restore_model(model, path: str) -> None:
-    """Loads the model variables of checkpoint ``path`` (a training or averaged checkpoint)
-    into the built ``model``; optimizer state in the file is ignored."""
-    import tensorflow as tf
-
-    if not tf.io.gfile.exists(path + ".index"):
-        raise ValueError(f"Checkpoint {path!r} does not exist (no {path}.index).")
-    model_checkpoint(model).read(path).expect_partial().assert_existing_objects_matched()
 
 
 def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
@@ -228,14 +192,12 @@ def vocabulary_path(model_dir: str, run: dict, vocab_path: Optional[str] = None)
 def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_config=None,
                     vocab_path: Optional[str] = None):
     """A ``Translator`` for the training run in ``model_dir``: the model of its ``config.json``
-    with the weights of ``checkpoint`` (see ``resolve_checkpoint``; by default the averaged, else
-    the best, else the latest) and the run's subword vocabulary (see ``vocabulary_path``). Its
+    with the weights of ``checkpoint`` (see ``resolve_checkpoint``; by default the first of
+    ``DEFAULT_ORDER`` the run has) and the run's subword vocabulary (see ``vocabulary_path``). Its
     ``checkpoint`` attribute names the prefix restored, its ``data_config`` the run's corpus (see
     ``data_config``), which its exports record. Inference runs in float32 whatever the
     training precision (the variables are float32 either way). Every missing file is a ValueError
-    naming it."""
-    import tensorflow as tf
-
+    naming it, and so is a checkpoint that does not fit the model."""
     from keras_transformer.inference import DecodingConfig, Translator
     from keras_transformer.tokenizer import SubwordTokenizer
 
@@ -245,13 +207,53 @@ def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_c
     config = model_config(run)
     path = resolve_checkpoint(model_dir, checkpoint)
     tokenizer = SubwordTokenizer.load(vocabulary_path(model_dir, run, vocab_path))
-    model = build_model(config)
-    try:
-        restore_model(model, path)
-    except (AssertionError, tf.errors.OpError) as error:
-        raise ValueError(f"checkpoint {path} does not fit the model of {model_dir}/{CONFIG_FILE}: "
-                         f"{str(error).splitlines()[0][:300]}") from None
+    model = weights.build_model(config)
+    weights.restore_model(model, path, config_path=f"{model_dir}/{CONFIG_FILE}")
     translator = Translator(model, tokenizer, decoding_config or DecodingConfig())
     translator.checkpoint = path
     translator.data_config = data_config(run)
     return translator
+
+
+def load_ensemble(model_dirs: Sequence[str], checkpoints: Optional[Sequence[Optional[str]]] = None,
+                  decoding_config=None, vocab_path: Optional[str] = None):
+    """A ``Translator`` decoding the training runs in ``model_dirs`` together (an ensemble: each
+    step averages their log-probabilities, ``inference.ensemble_inputs``), each run with its
+    ``checkpoints`` entry (``load_translator``'s; default None each). The runs must share one
+    vocabulary, the same subword pieces under the same ids: anything else is a ValueError naming
+    the two runs. Its ``checkpoint`` attribute lists the prefixes restored, its ``data_config`` is
+    the first run's."""
+    from keras_transformer.inference import DecodingConfig, Translator
+
+    checkpoints = list(checkpoints) if checkpoints is not None else [None] * len(model_dirs)
+    members = [load_translator(model_dir, checkpoint, decoding_config, vocab_path)
+               for model_dir, checkpoint in zip(model_dirs, checkpoints)]
+    first = members[0].tokenizer
+    for model_dir, member in zip(model_dirs[1:], members[1:]):
+        difference = _vocabulary_difference(first, member.tokenizer)
+        if difference:
+            raise ValueError(f"the runs {model_dirs[0]} and {model_dir} do not share a vocabulary "
+                             f"({difference}): an ensemble's runs must be trained with the same "
+                             "one.")
+    translator = Translator([member.model for member in members], first,
+                            decoding_config or DecodingConfig())
+    translator.checkpoint = [member.checkpoint for member in members]
+    translator.data_config = members[0].data_config
+    return translator
+
+
+def _vocabulary_difference(one, other) -> Optional[str]:
+    """How two ``SubwordTokenizer``s' vocabularies differ, in words; None if they do not."""
+    if one.vocab_size != other.vocab_size:
+        return f"{one.vocab_size} and {other.vocab_size} subwords"
+    import numpy as np
+    import tensorflow as tf
+
+    ids = tf.range(one.vocab_size)
+    pieces, other_pieces = one.id_to_piece(ids).numpy(), other.id_to_piece(ids).numpy()
+    differ = np.flatnonzero(pieces != other_pieces)
+    if not differ.size:
+        return None
+    first = differ[0]
+    return (f"{differ.size} of their {one.vocab_size} subwords differ, the first at id {first}: "
+            f"{pieces[first].decode()!r} and {other_pieces[first].decode()!r}")

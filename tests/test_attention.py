@@ -77,52 +77,40 @@ def test_incremental_self_attention_with_fixed_cache_equals_causal_attention():
     max_length = 8  # longer than the sequence: unused slots must stay invisible
     cache = layer.initial_cache(3, max_length)
     for i in range(5):
-        step, cache = layer(x[:, i:i + 1], attention_mask=cache_step_mask(i, max_length), cache=cache,
-                            cache_index=i)
-        np.testing.assert_allclose(step[:, 0], full[:, i], atol=1e-5)
+        step, cache = layer.self_attention_step(x[:, i], cache, i, cache_step_mask(i, max_length),
+                                                grow_cache=False)
+        np.testing.assert_allclose(step, full[:, i], atol=1e-5)
         assert cache["key"].shape == (3, 2, max_length, 8)
     assert np.all(np.asarray(cache["key"])[:, :, 5:] == 0)
 
 
-@pytest.mark.parametrize("two_d", [False, True], ids=["[batch, 1, d]", "[batch, d]"])
-def test_incremental_self_attention_with_growing_cache_equals_causal_attention(two_d):
+def test_incremental_self_attention_with_growing_cache_equals_causal_attention():
     layer = MultiHeadAttention(num_heads=2, d_model=16)
     x = RNG.normal(size=(3, 5, 16)).astype("float32")
     full = np.asarray(layer(x, attention_mask=look_ahead_mask(5)))
     cache = layer.initial_cache(3)
     for i in range(5):
-        step, cache = layer(x[:, i] if two_d else x[:, i:i + 1], cache=cache, cache_index=i,
-                            grow_cache=True)
-        np.testing.assert_allclose(step if two_d else step[:, 0], full[:, i], atol=1e-5)
+        step, cache = layer.self_attention_step(x[:, i], cache, i, grow_cache=True)
+        np.testing.assert_allclose(step, full[:, i], atol=1e-5)
         assert cache["key"].shape == (3, 2, i + 1, 8)
 
 
-@pytest.mark.parametrize("two_d", [False, True], ids=["[rows, 1, d]", "[rows, d]"])
-def test_cross_attention_cache_serves_several_rows_per_sentence(two_d):
+def test_memory_attention_serves_several_rows_per_sentence():
     """Beams of one sentence (adjacent rows) attend to its keys without copies of them."""
     layer = MultiHeadAttention(num_heads=2, d_model=16)
     beams = 3
     query = RNG.normal(size=(2 * beams, 1, 16)).astype("float32")
     memory = RNG.normal(size=(2, 4, 16)).astype("float32")
     mask = padding_mask(np.array([[3, 4, 5, 6], [3, 4, 0, 0]]))
-    direct, direct_weights = layer(query, np.repeat(memory, beams, axis=0),
-                                   attention_mask=np.repeat(mask, beams, axis=0),
-                                   return_attention_weights=True)
-    cached, cache, weights = layer(query[:, 0] if two_d else query, attention_mask=mask,
-                                   cache=layer.compute_cache(memory), return_attention_weights=True)
-    np.testing.assert_allclose(cached if two_d else cached[:, 0], np.asarray(direct)[:, 0], atol=1e-5)
-    # [rows, heads, 1, memory_length], each row its own beam's weights
-    np.testing.assert_allclose(weights, direct_weights, atol=1e-6)
-    assert cache["key"].shape[0] == 2
-
-
-def test_precomputed_cross_attention_cache_equals_direct_call():
-    layer = MultiHeadAttention(num_heads=2, d_model=16)
-    query = RNG.normal(size=(2, 1, 16)).astype("float32")
-    memory = RNG.normal(size=(2, 4, 16)).astype("float32")
-    direct = layer(query, memory)
-    cached, _ = layer(query, cache=layer.compute_cache(memory))
-    np.testing.assert_allclose(direct, cached, atol=1e-6)
+    direct = layer(query, np.repeat(memory, beams, axis=0), attention_mask=np.repeat(mask, beams, axis=0))
+    memory_cache = layer.compute_cache(memory)
+    cached = layer.memory_attention(query[:, 0], memory_cache, mask)
+    np.testing.assert_allclose(cached, np.asarray(direct)[:, 0], atol=1e-5)
+    assert memory_cache["key"].shape[0] == 2
+    # One row per sentence: the same as the direct call without beams.
+    single = layer.memory_attention(query[::beams, 0], memory_cache, mask)
+    np.testing.assert_allclose(single, np.asarray(layer(query[::beams], memory, attention_mask=mask))[:, 0],
+                               atol=1e-5)
 
 
 def test_one_key_attention_warns_nothing():

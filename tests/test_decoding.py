@@ -457,7 +457,8 @@ def test_real_model_cached_search_equals_uncached_and_xla(vocab):
     forbidden = tf.constant(np.isin(np.arange(vocab), [PAD, START]) * -1e9, tf.float32)
 
     def cached(ids, i, cache):  # the encoder's keys/values too tiled and reordered per beam
-        logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"])
+        logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"],
+                                               grow_cache=False)
         return logits + forbidden, {"self": self_cache, "memory": cache["memory"]}
 
     def uncached(ids, i, cache):  # re-runs the decoder over the whole prefix at every step

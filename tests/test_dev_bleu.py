@@ -1,5 +1,6 @@
-"""Dev BLEU during training: the number in the logs is sacreBLEU of the model's own translations,
-and keep_best keeps the weights of the best evaluation."""
+"""Dev BLEU during training: the numbers in the logs are sacreBLEU and chrF of the model's own
+translations (and TensorBoard records both), and keep_best keeps the weights of the best
+evaluation."""
 
 import json
 import os
@@ -7,11 +8,13 @@ import types
 
 import numpy as np
 import pytest
+import sacrebleu
 import tensorflow as tf
 
 from keras_transformer.evaluation import sacrebleu_score
-from keras_transformer.training import restore_model
+from keras_transformer.training.callbacks import TensorBoard
 from keras_transformer.training.dev_bleu import BEST_PREFIX, DevBleu
+from keras_transformer.weights import restore_model
 from test_inference import SENTENCES, small_translator
 
 
@@ -35,23 +38,41 @@ def test_logs_the_sacrebleu_of_the_current_weights_and_keeps_the_best(translator
     assert all(references)
     callback = DevBleu(translator.tokenizer, SENTENCES, references, translator.decoding, keep_best=True)
     callback.trainer = fake_trainer(translator, str(tmp_path))
+    board = TensorBoard(str(tmp_path / "board"))  # after DevBleu, as train_run places it
     logs = {}
     callback.on_dev(10, logs)
-    assert logs["bleu"] == pytest.approx(100.0)
+    board.on_dev(10, logs)
+    assert logs["bleu"] == pytest.approx(100.0) and logs["chrf"] == pytest.approx(100.0)
     best_weights = [w.numpy().copy() for w in translator.model.variables]
 
     embedding = translator.model.target_embedding.embeddings
     embedding.assign(embedding.numpy() + np.random.default_rng(0).normal(size=embedding.shape) * 0.5)
     logs = {}
     callback.on_dev(20, logs)  # the traced translate function sees the new weights
+    board.on_dev(20, logs)
+    board.on_end({})
     assert logs["bleu"] == pytest.approx(sacrebleu_score(hypotheses(), references).score)
     assert logs["bleu"] < 100.0
+    expected_chrf = sacrebleu.corpus_chrf(hypotheses(), [references]).score
+    assert logs["chrf"] == pytest.approx(expected_chrf) and expected_chrf < 100.0
+    assert dev_scalars(tmp_path / "board" / "dev", "chrf") == pytest.approx(
+        {10: 100.0, 20: expected_chrf})
+    assert dev_scalars(tmp_path / "board" / "dev", "bleu") == pytest.approx(
+        {10: 100.0, 20: logs["bleu"]})
     with open(tmp_path / "best" / "best.json") as f:
         assert json.load(f)["step"] == 10  # a worse evaluation does not replace the best
     restored = small_translator(beam_size=2).model
     restore_model(restored, os.path.join(str(tmp_path), BEST_PREFIX))
     for variable, expected in zip(restored.variables, best_weights):
         np.testing.assert_array_equal(variable.numpy(), expected)
+
+
+def dev_scalars(folder, tag):
+    """{step: value} of one TensorBoard scalar, read without the tensorboard package."""
+    return {event.step: float(tf.make_ndarray(value.tensor))
+            for name in os.listdir(folder)
+            for event in tf.compat.v1.train.summary_iterator(str(folder / name))
+            for value in event.summary.value if value.tag == tag}
 
 
 def test_mismatched_subset_is_refused(translator):
@@ -71,7 +92,7 @@ def test_a_failing_evaluation_is_reported_and_training_goes_on(translator, tmp_p
     logs = {}
     with caplog.at_level("WARNING"):
         callback.on_dev(1000, logs)
-    assert np.isnan(logs["bleu"])
+    assert np.isnan(logs["bleu"]) and np.isnan(logs["chrf"])
     assert "dev BLEU failed at step 1000 (training goes on): ValueError: Tensor conversion" in (
         caplog.text)
     assert "second line" not in caplog.text

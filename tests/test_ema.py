@@ -14,8 +14,9 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import runs
-from keras_transformer.training import Callback, Trainer, TrainingConfig, restore_model
+from keras_transformer.training import Callback, Trainer, TrainingConfig
 from keras_transformer.training.ema import moving_average_weights, moving_averages
+from keras_transformer.weights import restore_model
 from toy import one_batch_fn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

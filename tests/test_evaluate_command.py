@@ -1,6 +1,7 @@
 """Evaluation of a model that copies its input: the library path (translate -> score, with batching
 that reorders sentences by length) and ``python -m trainers.evaluate`` on an exported "model", both
-against a from-scratch corpus BLEU (Papineni et al. 2002) of the fixture. And which test set the
+against a from-scratch corpus BLEU (Papineni et al. 2002) of the fixture and sacreBLEU's own
+corpus_chrf. And which test set the
 command scores when no data flag is given: the corpus the export or run records."""
 
 import json
@@ -40,6 +41,8 @@ REFERENCES = [r for _, r in FIXTURE]
 EXPECTED_SACREBLEU = reference_bleu(SOURCES, REFERENCES)
 EXPECTED_TOKENIZED = reference_bleu([split_compounds(s) for s in SOURCES],
                                     [split_compounds(r) for r in REFERENCES])
+EXPECTED_CHRF = sacrebleu.corpus_chrf(SOURCES, [REFERENCES]).score
+CHRF_SIGNATURE = r"nrefs:1\|case:mixed\|eff:yes\|nc:6\|nw:0\|space:no\|version:[\d.]+"
 
 
 def copy_translate(batch):
@@ -51,8 +54,9 @@ def copy_translate(batch):
 
 def test_fixture_is_informative():
     # both numbers strictly between 0 and 100, and different: a swap of the two would be caught
-    assert 0 < EXPECTED_SACREBLEU < 100 and 0 < EXPECTED_TOKENIZED < 100
+    assert 0 < EXPECTED_SACREBLEU < 100 and 0 < EXPECTED_TOKENIZED < 100 and 0 < EXPECTED_CHRF < 100
     assert abs(EXPECTED_SACREBLEU - EXPECTED_TOKENIZED) > 0.5
+    assert min(abs(EXPECTED_CHRF - EXPECTED_SACREBLEU), abs(EXPECTED_CHRF - EXPECTED_TOKENIZED)) > 0.5
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 64])
@@ -62,16 +66,19 @@ def test_copy_model_gets_the_expected_bleu(batch_size):
     assert hypotheses == SOURCES  # input order survives the length-sorted batches
     assert result.sacrebleu.score == pytest.approx(EXPECTED_SACREBLEU, abs=1e-6)
     assert result.tokenized.score == pytest.approx(EXPECTED_TOKENIZED, abs=1e-6)
+    assert result.chrf.score == pytest.approx(EXPECTED_CHRF, abs=1e-6)
     assert result.sentences == len(FIXTURE)
-    sacre_line, tokenized_line = result.lines()
+    sacre_line, tokenized_line, chrf_line = result.lines()
     assert sacre_line.startswith("sacreBLEU = ") and "tok:13a" in sacre_line
     assert tokenized_line.startswith("tokenized BLEU") and "tok:moses-de+compound-split" in tokenized_line
+    assert re.fullmatch(rf"chrF2 = [\d.]+ \({CHRF_SIGNATURE}\)", chrf_line), chrf_line
 
 
 def test_perfect_translations_score_100_both_ways():
     result = evaluation.evaluate_translations(REFERENCES, REFERENCES)
     assert result.sacrebleu.score == pytest.approx(100.0)
     assert result.tokenized.score == pytest.approx(100.0)
+    assert result.chrf.score == pytest.approx(100.0)
 
 
 def test_mismatched_lengths_are_an_error():
@@ -116,9 +123,11 @@ def test_evaluate_command_on_an_exported_copy_model(exported_copy_model):
                       r"version:[\d.]+)\)$", stdout, re.M)
     tokenized = re.search(r"^tokenized BLEU \(Moses \+ compound split, the paper's\) = ([\d.]+)",
                           stdout, re.M)
-    assert sacre and tokenized, stdout
+    chrf = re.search(rf"^chrF2 = ([\d.]+) \({CHRF_SIGNATURE}\)$", stdout, re.M)
+    assert sacre and tokenized and chrf, stdout
     assert float(sacre.group(1)) == pytest.approx(EXPECTED_SACREBLEU, abs=0.005)
     assert float(tokenized.group(1)) == pytest.approx(EXPECTED_TOKENIZED, abs=0.005)
+    assert float(chrf.group(1)) == pytest.approx(EXPECTED_CHRF, abs=0.005)
     assert output.read_text(encoding="utf-8").splitlines() == SOURCES
     done = f"{len(FIXTURE)}/{len(FIXTURE)}"  # the progress bar, finished, on stderr: stdout is the scores'
     assert done in stderr and done not in stdout, (stdout, stderr)
@@ -131,10 +140,12 @@ def test_evaluate_floors_beside_the_model(exported_copy_model):
     code, stdout, stderr = run(f"--saved_model={base / 'copy'}", "--dataset=files",
                                f"--train_data={test_file}", f"--test_data={test_file}", "--floors")
     assert code == 0, stderr
-    rows = {m.group(1): float(m.group(2)) for m in
-            re.finditer(r"^(model|translation memory|copy the source) +sacreBLEU +([\d.]+)", stdout, re.M)}
-    assert rows["model"] == rows["copy the source"] == pytest.approx(EXPECTED_SACREBLEU, abs=0.005)
-    assert rows["translation memory"] == pytest.approx(100.0)
+    rows = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in re.finditer(
+        r"^(model|translation memory|copy the source) +sacreBLEU +([\d.]+) .* chrF2 +([\d.]+)$",
+        stdout, re.M)}
+    assert rows["model"] == rows["copy the source"] == (
+        pytest.approx(EXPECTED_SACREBLEU, abs=0.005), pytest.approx(EXPECTED_CHRF, abs=0.005))
+    assert rows["translation memory"] == (pytest.approx(100.0), pytest.approx(100.0))
     assert re.search(r"^verdict: .*below the translation memory", stdout, re.M)
 
 
@@ -195,6 +206,10 @@ def test_an_export_alone_is_scored_on_the_test_split_it_was_trained_with(trained
     expected = sacrebleu.corpus_bleu(hypotheses, [[r for _, r in TEST_PAIRS]]).score
     assert 0 < expected < 100  # the model learned something, yet not everything
     assert bleu == pytest.approx(expected, abs=0.005)
+    chrf = re.search(r"^chrF2 = ([\d.]+) ", stdout, re.M)
+    assert chrf, stdout
+    assert float(chrf.group(1)) == pytest.approx(
+        sacrebleu.corpus_chrf(hypotheses, [[r for _, r in TEST_PAIRS]]).score, abs=0.005)
 
 
 def test_a_data_flag_wins_over_the_exports_record(trained_on_files):

@@ -1,12 +1,14 @@
-"""BLEU both ways against a from-scratch BLEU (Papineni et al. 2002) on small fixed examples."""
+"""BLEU both ways against a from-scratch BLEU (Papineni et al. 2002) on small fixed examples, and
+chrF against sacreBLEU's own corpus_chrf."""
 
 import collections
 import math
+import re
 
 import pytest
 
 from keras_transformer import evaluation
-from keras_transformer.evaluation import paper_tokenize, sacrebleu_score, tokenized_bleu
+from keras_transformer.evaluation import chrf_score, paper_tokenize, sacrebleu_score, tokenized_bleu
 
 
 def reference_bleu(hypotheses, references):
@@ -61,11 +63,44 @@ def test_sacrebleu_equals_reference_formula_on_13a_tokens():
     assert str(result).startswith("sacreBLEU = ")
 
 
+CHRF_SIGNATURE = re.compile(r"nrefs:1\|case:mixed\|eff:yes\|nc:6\|nw:0\|space:no\|version:[\d.]+")
+
+
+def test_chrf_is_sacrebleus_corpus_chrf_with_its_signature():
+    import sacrebleu
+
+    expected = sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES])
+    result = chrf_score(HYPOTHESES, REFERENCES)
+    assert result.score == pytest.approx(expected.score, abs=1e-9)
+    assert 0 < result.score < 100
+    # a different number from BLEU on the same text: one cannot stand in for the other
+    assert result.score != pytest.approx(sacrebleu_score(HYPOTHESES, REFERENCES).score, abs=1)
+    assert CHRF_SIGNATURE.fullmatch(result.signature), result.signature
+    assert result.signature.endswith(f"version:{sacrebleu.__version__}")
+    # labelled as sacreBLEU labels it ("chrF2 = 65.94"), then the signature
+    assert str(result) == f"{expected} ({result.signature})"
+    assert str(result).startswith("chrF2 = ")
+
+
+def test_an_evaluation_carries_chrf_beside_both_bleus():
+    import sacrebleu
+
+    result = evaluation.evaluate_translations(HYPOTHESES, REFERENCES)
+    assert result.chrf.score == pytest.approx(
+        sacrebleu.corpus_chrf(HYPOTHESES, [REFERENCES]).score, abs=1e-9)
+    assert [line.split(" = ")[0] for line in result.lines()] == [
+        "sacreBLEU", "tokenized BLEU (Moses + compound split, the paper's)", "chrF2"]
+    assert result.lines()[2] == f"chrF2 = {result.chrf.score:.2f} ({result.chrf.signature})"
+
+
 def test_identity_is_100_and_mismatch_is_an_error():
     assert sacrebleu_score(REFERENCES, REFERENCES).score == pytest.approx(100)
     assert tokenized_bleu(REFERENCES, REFERENCES).score == pytest.approx(100)
+    assert chrf_score(REFERENCES, REFERENCES).score == pytest.approx(100)
     with pytest.raises(ValueError, match="got 1 hypotheses and 2 references"):
         sacrebleu_score(HYPOTHESES[:1], REFERENCES)
+    with pytest.raises(ValueError, match="got 1 hypotheses and 2 references"):
+        chrf_score(HYPOTHESES[:1], REFERENCES)
 
 
 # --- floors --------------------------------------------------------------------------------------
@@ -91,6 +126,8 @@ def test_copy_of_identical_sides_scores_100_and_matches_sacrebleu():
     copy = evaluation.floors(sources, references, TRAIN).copy
     assert copy.sacrebleu.score == pytest.approx(
         sacrebleu.corpus_bleu(sources, [references]).score)
+    assert copy.chrf.score == pytest.approx(sacrebleu.corpus_chrf(sources, [references]).score)
+    assert CHRF_SIGNATURE.fullmatch(copy.chrf.signature)
 
 
 def brute_force_nearest(sources):
@@ -138,6 +175,22 @@ def test_translation_memory_finds_exact_matches_and_the_nearest_pair():
     assert similarities[0] == pytest.approx(1.0) and similarities[-1] == 0.0
 
 
+def test_the_memorys_chrf_is_that_of_the_retrieved_translations():
+    import sacrebleu
+
+    sources = ["Select a range of cells in Calc.", "Click Cancel.", "Open the deck."]
+    references = ["Wählen Sie einen Zellbereich in Calc.", "Klicken Sie auf Abbrechen.",
+                  "Öffnen Sie das Deck."]
+    retrieved = [TRAIN[i][1] for i, _ in brute_force_nearest(sources)]
+    floors = evaluation.floors(sources, references, TRAIN)
+    expected = sacrebleu.corpus_chrf(retrieved, [references]).score
+    assert 0 < expected < 100
+    assert floors.translation_memory.chrf.score == pytest.approx(expected)
+    assert floors.to_dict()["translation_memory"]["chrf"] == pytest.approx(expected)
+    assert floors.to_dict()["copy"]["chrf"] == pytest.approx(
+        sacrebleu.corpus_chrf(sources, [references]).score)
+
+
 def test_verdict_says_whether_the_model_beat_the_memory():
     references = ["Wählen Sie eine Zelle.", "Klicken Sie auf die Schaltfläche OK."]
     sources = ["Select a cell.", "Click the OK button."]
@@ -153,3 +206,5 @@ def test_verdict_says_whether_the_model_beat_the_memory():
     lines = evaluation.floor_lines(weak, floors)
     assert [line.split()[0] for line in lines] == ["model", "translation", "copy"]
     assert f"{weak.sacrebleu.score:6.2f}" in lines[0]
+    for line, scored in zip(lines, (weak, floors.translation_memory, floors.copy)):
+        assert line.endswith(f"chrF2 {scored.chrf.score:6.2f}"), line

@@ -83,7 +83,8 @@ def our_search(model, source, beam_size):
     never[[PAD_ID, START_ID]] = -1e9
 
     def step(ids, i, cache):  # the encoder's keys/values tiled per beam (fixed shapes, as XLA's)
-        logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"])
+        logits, self_cache = model.decode_step(ids[:, i], i, cache["self"], cache["memory"],
+                                               grow_cache=False)
         return logits + never, {"self": self_cache, "memory": cache["memory"]}
 
     cache = {"self": cache, "memory": memory_cache}

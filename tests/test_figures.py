@@ -1,4 +1,4 @@
-"""benchmarks/figures.py: the schedule picture is Eq. (3) as our code computes it, the attention
+"""docs/tools/figures.py: the schedule picture is Eq. (3) as our code computes it, the attention
 picture shows the weights the model computes, the command draws every picture from a run folder and
 benchmark JSON, re-plots the saved points when the runs are not here, and says in one line which
 picture it could not draw and why."""
@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from benchmarks import figures
+from docs.tools import figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -155,7 +155,7 @@ def tiny_run(tmp_path):
     vocabulary, one checkpoint, TensorBoard train and dev scalars, and its own-files corpus."""
     import tensorflow as tf
 
-    from keras_transformer import runs
+    from keras_transformer import runs, weights
     from keras_transformer.data import DataConfig
     from keras_transformer.training import callbacks
 
@@ -170,7 +170,7 @@ def tiny_run(tmp_path):
                       train_data=str(paths["train"]), dev_data=str(paths["dev"]),
                       test_data=str(paths["test"]))
     model = tiny_translator(run).model
-    prefix = runs.model_checkpoint(model).write(str(run / "ckpt-4"))
+    prefix = weights.model_checkpoint(model).write(str(run / "ckpt-4"))
     tf.compat.v1.train.update_checkpoint_state(str(run), prefix)
     runs.write_json(str(run / runs.CONFIG_FILE), {
         "model": model.config.to_dict(), "data": dataclasses.asdict(data), "preset": "tiny",
@@ -190,7 +190,7 @@ def test_the_command_draws_every_picture_and_replots_its_points(tmp_path):
     results.mkdir()
     benchmark_results(results)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.figures", f"--model_dirs={run}",
+    done = subprocess.run([sys.executable, "-m", "docs.tools.figures", f"--model_dirs={run}",
                            "--labels=tiny run", f"--results_dir={results}",
                            f"--output_dir={output}"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
@@ -210,6 +210,19 @@ def test_the_command_draws_every_picture_and_replots_its_points(tmp_path):
     attention = json.loads((output / "attention.json").read_text())
     assert attention["words"][-1] == "<EOS>" and "making" in attention["words"]
     np.testing.assert_allclose(np.sum(attention["weights"], axis=-1), 1.0, atol=1e-3)
+
+    # The same inputs draw the same pictures, byte for byte (what the docs' pictures rest on).
+    again = tmp_path / "again"
+    options = {name: figures.FLAGS[name].default for name in (
+        "runs_machine", "attention_model_dir", "attention_checkpoint", "sentence", "word", "layer",
+        "dpi")}
+    options.update(model_dirs=[str(run)], labels=["tiny run"], results_dir=str(results),
+                   output_dir=str(again))
+    assert figures.make_figures(list(figures.FIGURES), options, say=lambda line: None) == []
+    for files in figures.FIGURES.values():
+        for file in files:
+            if file.endswith(".png"):
+                assert (again / file).read_bytes() == (output / file).read_bytes(), file
 
     # Without the run folder: the points saved beside the pictures are plotted again.
     lines = []
@@ -247,7 +260,7 @@ import runpy, sys
 sys.argv = ["figures", "--figures=decode_time,training_throughput",
             "--results_dir=" + sys.argv[1], "--output_dir=" + sys.argv[1]]
 try:
-    runpy.run_module("benchmarks.figures", run_name="__main__")
+    runpy.run_module("docs.tools.figures", run_name="__main__")
 finally:
     print("TENSORFLOW IMPORTED" if "tensorflow" in sys.modules else "no tensorflow")
 """

@@ -16,13 +16,15 @@ ENV = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
 def programs():
-    """Every ``python -m`` program of trainers/ and benchmarks/: the modules run as __main__."""
+    """Every ``python -m`` program of trainers/, benchmarks/ and docs/tools/: the modules run as
+    __main__."""
     found = []
-    for package in ("trainers", "benchmarks"):
-        for name in sorted(os.listdir(os.path.join(ROOT, package))):
+    for package in ("trainers", "benchmarks", "docs.tools"):
+        folder = os.path.join(ROOT, *package.split("."))
+        for name in sorted(os.listdir(folder)):
             if not name.endswith(".py"):
                 continue
-            with open(os.path.join(ROOT, package, name), encoding="utf-8") as stream:
+            with open(os.path.join(folder, name), encoding="utf-8") as stream:
                 if 'if __name__ == "__main__":' not in stream.read():
                     continue
             module = name[:-len(".py")]
@@ -227,23 +229,27 @@ def test_a_bad_flag_is_one_line_pointing_to_the_programs_help(helps, program, tm
 
 
 # The defaults a training program trains with, from its own flags and main() up to the point where
-# TensorFlow would start (make_strategy): its TrainingConfig beside the flags of the same names.
+# TensorFlow would start (make_strategy): the TrainingConfig its main() built, beside the flags of
+# the same names.
 EFFECTIVE = """
 import dataclasses, importlib, json, sys
 from absl import flags
 name = sys.argv[1]
 program = importlib.import_module("trainers." + name)
-from trainers import wmt
+from trainers import training_flags
 FLAGS = flags.FLAGS
 FLAGS([name, *sys.argv[2:]])
+built = []
+build = training_flags.training_config
+training_flags.training_config = lambda *a, **k: built.append(build(*a, **k)) or built[-1]
 
 def stop():
-    config = dataclasses.asdict(wmt.training_config(FLAGS.model_dir or "runs/x"))
+    config = dataclasses.asdict(built[-1])
     shown = {flag.name: flag.default for flag in FLAGS.get_key_flags_for_module(program)}
-    print(json.dumps({"config": config, "shown": shown}, default=str))
+    print(json.dumps({"config": config, "shown": shown, "built": len(built)}, default=str))
     sys.exit(0)
 
-wmt.make_strategy = stop
+training_flags.make_strategy = stop
 program.main([name])
 """
 
@@ -255,6 +261,7 @@ def test_the_default_shown_is_the_one_trained_with(program, args, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads(result.stdout.strip().splitlines()[-1])
     config, shown = record["config"], record["shown"]
+    assert record["built"] == 1, "the training config is built once"
     compared = [name for name, value in shown.items() if name in config
                 and isinstance(value, (int, float)) and not isinstance(value, bool)]
     assert {"keep_checkpoints", "warmup_steps", "checkpoint_every_minutes"} <= set(compared)

@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer import decoding
+from keras_transformer import decoding, inference
 from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
 from keras_transformer.tokenizer import SubwordTokenizer
 
@@ -34,6 +34,7 @@ def test_cached_search_equals_rerunning_the_whole_prefix(translator):
     source_ids, _, _ = translator.source_ids(tf.constant(SENTENCES))
     cached = translator.translate_ids(source_ids)
     model, length = translator.model, translator.max_decode_length
+    assert translator.decoding.beam_size == 3 and translator.decoding.extra_length == 6
 
     never = np.zeros(model.config.vocab_size, "float32")
     never[[0, 2]] = -1e9  # pad and start are never predicted
@@ -44,10 +45,33 @@ def test_cached_search_equals_rerunning_the_whole_prefix(translator):
 
     start = tf.fill([len(SENTENCES)], 2)
     source_lengths = tf.reduce_sum(tf.cast(source_ids != 0, tf.int32), 1)
+    # The search assembled by hand, independently of Translator.search, as the reference.
     uncached = decoding.beam_search(uncached_step, start, {"source": source_ids}, beam_size=3, alpha=0.6,
                                     max_decode_length=length, eos_id=3, max_lengths=source_lengths + 6)
     np.testing.assert_array_equal(cached["ids"], uncached.ids)
     np.testing.assert_allclose(cached["scores"], uncached.scores, rtol=1e-4)
+    # The door's own slow reference (benchmarks.decoding measures the cache against it).
+    door_uncached = translator.search(source_ids, incremental=False)
+    np.testing.assert_array_equal(door_uncached.ids, uncached.ids)
+    np.testing.assert_allclose(door_uncached.scores, uncached.scores, rtol=1e-4)
+
+
+def test_greedy_banned_ids_and_given_limits_through_the_door(translator):
+    source_ids, _, _ = translator.source_ids(tf.constant(SENTENCES))
+    batch = len(SENTENCES)
+    greedy = translator.search(source_ids, greedy=True)
+    beam_of_one = Translator(translator.model, translator.tokenizer,
+                             DecodingConfig(beam_size=1, alpha=0.0, extra_length=6)).search(source_ids)
+    # Beam size 1 with alpha 0 is greedy (decoding's contract), so the door's two searches agree.
+    np.testing.assert_array_equal(greedy.ids, beam_of_one.ids[:, 0])
+    # Every output exactly 5 tokens: end of sentence banned, a limit of 5 for each sentence.
+    forced = translator.search(source_ids, greedy=True, max_lengths=tf.fill([batch], 5),
+                               max_decode_length=5, banned_ids=[translator.tokenizer.end_id])
+    assert forced.ids.shape == (batch, 5)
+    np.testing.assert_array_equal(forced.lengths, [5] * batch)
+    assert not np.isin(forced.ids.numpy(), [0, 2, translator.tokenizer.end_id]).any()
+    compiled = tf.function(lambda ids: translator.search(ids, greedy=True).ids, jit_compile=True)
+    np.testing.assert_array_equal(compiled(source_ids), greedy.ids)
 
 
 def test_traced_search_with_a_static_batch_of_one(translator):
@@ -102,3 +126,73 @@ def test_mismatched_tokenizer_is_refused(translator):
     model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=400))
     with pytest.raises(ValueError, match="the tokenizer has 320 ids but the model's vocabulary has 400"):
         Translator(model, translator.tokenizer)
+
+
+def test_the_decoding_pages_example_runs_as_written(translator):
+    """docs/decoding.md's example of the door, executed on a small model and tokenizer."""
+    import os
+    import re
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                        "decoding.md")
+    with open(path, encoding="utf-8") as stream:
+        page = stream.read()
+    example = next(block for block in re.findall(r"```python\n(.*?)```", page, re.S)
+                   if "translator.search(" in block)
+    names = {"tf": tf, "model": translator.model, "tokenizer": translator.tokenizer}
+    exec(example, names)  # noqa: S102 (the page's own code)
+    assert names["nbest"].ids.shape[:2] == (1, 4) and names["nbest"].scores.shape == (1, 4)
+    assert names["best"].ids.shape[0] == 1 and len(names["best"].scores.shape) == 1
+    np.testing.assert_array_equal(names["exactly_5"].lengths, [5])
+
+
+def numpy_log_prob(model, source, target_out):
+    """The reference score of one pair, alone (no padding): the model's teacher-forced logits, a
+    log-softmax in NumPy gathered at the target ids and summed."""
+    target_in = [2] + list(target_out[:-1])
+    logits = np.asarray(model((np.array([source]), np.array([target_in])), training=False), "float64")[0]
+    log_softmax = logits - logits.max(-1, keepdims=True)
+    log_softmax -= np.log(np.exp(log_softmax).sum(-1, keepdims=True))
+    return log_softmax[np.arange(len(target_out)), target_out].sum()
+
+
+def test_score_is_the_teacher_forced_log_probability_summed_in_numpy(translator):
+    tokenizer, limit = translator.tokenizer, translator.max_source_length
+    long_target = "Das ist Satz 7, " * 20
+    pairs = [(SENTENCES[0], "Das ist Satz 5."), (SENTENCES[1], ""), ("", "Das ist Satz 12."),
+             (SENTENCES[2], long_target), ("the cat " * 40, "Die Katze.")]
+    score = translator.score_function()
+    out = {k: np.asarray(v) for k, v in score(tf.constant([s for s, _ in pairs]),
+                                                tf.constant([t for _, t in pairs])).items()}
+    for row, (source, target) in enumerate(pairs):
+        source_ids = list(np.asarray(tokenizer.tokenize(tf.constant([source]))[0]))[:limit - 1] + [3]
+        pieces = list(np.asarray(tokenizer.tokenize(tf.constant([target]))[0]))
+        # A target beyond max_length: its first max_length - 1 subwords, without the EOS it lacks.
+        target_ids = pieces + [3] if len(pieces) < limit else pieces[:limit - 1]
+        expected = numpy_log_prob(translator.model, source_ids, target_ids)
+        assert out["log_prob"][row] == pytest.approx(expected, abs=1e-4), (source, target)
+        assert out["tokens"][row] == len(target_ids)
+        assert out["nll_per_token"][row] == pytest.approx(-expected / len(target_ids), abs=1e-4)
+        assert out["truncated"][row] == (row >= 3)
+    assert out["log_prob"].max() < 0
+
+
+def test_pairs_scored_in_batches_come_back_in_input_order(translator):
+    sources = SENTENCES + ["Yes.", ""]
+    targets = ["Das ist Satz 1.", "", "Das ist Satz 22 und Satz 3.", "Ja.", "Nein."]
+    score = translator.score_function()
+    alone = [float(score(tf.constant([s]), tf.constant([t]))["log_prob"][0])
+             for s, t in zip(sources, targets)]
+    results = inference.score_in_batches(score, sources, targets, batch_size=2)
+    assert [r["log_prob"] for r in results] == pytest.approx(alone, abs=1e-4)
+    with pytest.raises(ValueError, match="5 sources but 4 targets"):
+        inference.score_in_batches(score, sources, targets[:4])
+
+
+def test_nbest_lines_are_read_as_translate_writes_them():
+    assert inference.parse_nbest_line(b"12\t-1.5000\tDas\tist gut.") == (12, -1.5, b"Das\tist gut.")
+    assert inference.parse_nbest_line(b"0\t-inf\t") == (0, float("-inf"), b"")
+    for line, problem in [(b"0\t-1.0", "1 tab"), (b"x\t-1.0\tDas", "INDEX 'x' is not a line number"),
+                          (b"0\tbad\tDas", "SCORE 'bad' is not a number")]:
+        with pytest.raises(ValueError, match=problem):
+            inference.parse_nbest_line(line)

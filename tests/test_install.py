@@ -24,7 +24,7 @@ def shown_text():
     """(where, text) of everything a user reads: README, docs, notebooks, programs, messages."""
     paths = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "trainers", "setup.sh")]
     paths += glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
-    for folder in ("keras_transformer", "trainers", "benchmarks"):
+    for folder in ("keras_transformer", "trainers", "benchmarks", os.path.join("docs", "tools")):
         paths += glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True)
     for path in paths:
         with open(path, encoding="utf-8") as stream:

@@ -92,12 +92,12 @@ def test_cached_decoding_reproduces_teacher_forcing(overrides, max_decode_length
     full = np.asarray(m((SOURCE, target)))
     memory, memory_mask = m.encode(SOURCE)
     cache, memory_cache = m.init_cache(memory, memory_mask, max_decode_length=max_decode_length)
-    self_key = "self" if max_decode_length is None else "self_fixed"
+    grow = max_decode_length is None
     for i in range(target.shape[1]):
-        logits, cache = m.decode_step(target[:, i], i, cache, memory_cache)
+        logits, cache = m.decode_step(target[:, i], i, cache, memory_cache, grow_cache=grow)
         real = target[:, i] != 0
         np.testing.assert_allclose(np.asarray(logits)[real], full[real, i], atol=1e-4)
-        assert cache[self_key]["layer_0"]["key"].shape[2] == (max_decode_length or i + 1)
+        assert cache["layer_0"]["key"].shape[2] == (max_decode_length or i + 1)
 
 
 @pytest.mark.parametrize("max_decode_length", [6, None], ids=["fixed", "growing"])
@@ -110,8 +110,9 @@ def test_decode_step_shares_each_sentences_memory_among_its_beams(model, max_dec
     copied_memory = tf.nest.map_structure(lambda t: tf.repeat(t, beams, axis=0), memory_cache)
     ids = np.array([[2, 11, 12], [2, 13, 14], [2, 11, 15], [2, 15, 16], [2, 17, 16], [2, 18, 19]])
     for i in range(ids.shape[1]):
-        shared_logits, shared = model.decode_step(ids[:, i], i, shared, memory_cache)
-        copied_logits, copied = model.decode_step(ids[:, i], i, copied, copied_memory)
+        grow = max_decode_length is None
+        shared_logits, shared = model.decode_step(ids[:, i], i, shared, memory_cache, grow_cache=grow)
+        copied_logits, copied = model.decode_step(ids[:, i], i, copied, copied_memory, grow_cache=grow)
         np.testing.assert_allclose(shared_logits, copied_logits, atol=1e-5)
     assert memory_cache["layer_0"]["key"].shape[0] == len(SOURCE)
     tf.nest.map_structure(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5), shared, copied)
@@ -120,15 +121,24 @@ def test_decode_step_shares_each_sentences_memory_among_its_beams(model, max_dec
 def test_decoding_works_on_a_model_never_called():
     m = tiny()  # e.g. just restored from a checkpoint
     memory, memory_mask = m.encode(SOURCE)
-    logits, _ = m.decode_step(TARGET[:, 0], 0, *m.init_cache(memory, memory_mask, 4))
+    logits, _ = m.decode_step(TARGET[:, 0], 0, *m.init_cache(memory, memory_mask, 4), grow_cache=False)
     np.testing.assert_allclose(logits, np.asarray(m((SOURCE, TARGET)))[:, 0], atol=1e-5)
+
+
+def test_decode_step_refuses_a_cache_of_the_other_kind(model):
+    memory, memory_mask = model.encode(SOURCE)
+    fixed = model.init_cache(memory, memory_mask, 6)
+    with pytest.raises(ValueError, match="need grow_cache=False"):
+        model.decode_step(TARGET[:, 1], 1, *fixed, grow_cache=True)
+    with pytest.raises(ValueError, match="pass grow_cache=True"):
+        model.decode_step(TARGET[:, 0], 0, *model.init_cache(memory, memory_mask), grow_cache=False)
 
 
 def test_decode_step_compiles_with_xla(model):
     memory, memory_mask = model.encode(SOURCE)
     cache, memory_cache = model.init_cache(memory, memory_mask, max_decode_length=6)
-    step = tf.function(model.decode_step, jit_compile=True)
-    eager_logits, _ = model.decode_step(TARGET[:, 0], 0, cache, memory_cache)
+    step = tf.function(lambda *args: model.decode_step(*args, grow_cache=False), jit_compile=True)
+    eager_logits, _ = model.decode_step(TARGET[:, 0], 0, cache, memory_cache, grow_cache=False)
     xla_logits, new_cache = step(tf.constant(TARGET[:, 0]), tf.constant(0), cache, memory_cache)
     np.testing.assert_allclose(xla_logits, eager_logits, atol=1e-5)
     assert tf.nest.map_structure(lambda t: t.shape, new_cache) == tf.nest.map_structure(
@@ -168,7 +178,7 @@ def test_regularisers_vary_training_and_leave_inference_deterministic():
         cache, memory_cache = m.init_cache(memory, memory_mask, max_decode_length=TARGET.shape[1])
         logits = []
         for i in range(TARGET.shape[1]):
-            step_logits, cache = m.decode_step(TARGET[:, i], i, cache, memory_cache)
+            step_logits, cache = m.decode_step(TARGET[:, i], i, cache, memory_cache, grow_cache=False)
             logits.append(np.asarray(step_logits))
         steps.append(np.stack(logits, axis=1))
     np.testing.assert_array_equal(steps[0], steps[1])
@@ -291,11 +301,11 @@ def test_decoder_layerdrop_keeps_the_attention_weights_path_and_the_cache_path()
     # The cached path never drops a layer, even when told training=True.
     caches = dict(cache=m.decoder.initial_cache(2, 5), memory_cache=m.decoder.memory_cache(memory))
     step_mask = masks.cache_step_mask(0, 5)
-    first, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache_index=0, training=False,
-                         **caches)
+    first, _ = m.decoder.step(x[:, 0], caches["cache"], 0, caches["memory_cache"], memory_mask,
+                              step_mask, grow_cache=False, training=False)
     for _ in range(8):
-        again, _ = m.decoder(x[:, 0], None, step_mask, memory_mask, cache_index=0, training=True,
-                             **caches)
+        again, _ = m.decoder.step(x[:, 0], caches["cache"], 0, caches["memory_cache"], memory_mask,
+                                  step_mask, grow_cache=False, training=True)
         np.testing.assert_array_equal(np.asarray(again), np.asarray(first))
 
 

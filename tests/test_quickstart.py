@@ -1,6 +1,6 @@
 """trainers.quickstart as a user runs it: a seconds-long run of the whole pipeline (tiny preset, a few
-steps, a small corpus of own files) ends with a report holding BLEU both ways, an export that exists
-and translations made by that export; a failing stage (no corpus, an export folder that cannot be
+steps, a small corpus of own files) ends with a report holding BLEU both ways and chrF, an export
+that exists and translations made by that export; a failing stage (no corpus, an export folder that cannot be
 written, a full disk during the export) ends with one message naming the stage and what to do."""
 
 import json
@@ -69,6 +69,9 @@ def test_every_stage_runs_and_is_announced(smoke):
         assert f"=== [{number}/6] {stage}:" in stdout
     # the trainer's progress line, timestamped
     assert re.search(r"^  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d step 4/4 \| loss [\d.]+", stdout, re.M)
+    # and the dev evaluation's, with dev BLEU and chrF beside it
+    assert re.search(r"^  \S+ \S+ step 4 \| dev loss .* \| dev BLEU [\d.]+ \| chrF2 [\d.]+$", stdout,
+                     re.M), stdout[-3000:]
 
 
 def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
@@ -77,6 +80,9 @@ def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
     assert re.search(r"^  sacreBLEU = [\d.]+ \(nrefs:1\|case:mixed\|eff:no\|tok:13a\|", report, re.M)
     assert re.search(r"^  tokenized BLEU \(Moses \+ compound split, the paper's\) = [\d.]+", report,
                      re.M)
+    chrf = re.search(r"^  chrF2 = ([\d.]+) \((nrefs:1\|case:mixed\|eff:yes\|nc:6\|nw:0\|space:no\|"
+                     r"version:[\d.]+)\)$", report, re.M)
+    assert chrf, report
     export_path = re.search(r"^export\s+(\S+)$", report, re.M).group(1)
     assert os.path.isfile(os.path.join(export_path, "saved_model.pb"))
     assert os.path.dirname(export_path) == str(tmp_path / "saved" / "run")
@@ -92,6 +98,14 @@ def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
     hypotheses = (tmp_path / "run" / "test.hyp").read_text(encoding="utf-8").splitlines()
     assert len(hypotheses) == TEST_SIZE
     assert [s["translation"] for s in record["samples"]] == hypotheses[:3]
+    # chrF of the test translations, computed independently here, in the report and its record
+    import sacrebleu
+
+    references = [reference for _, reference in read_tsv(tmp_path / "test.tsv")]
+    expected = sacrebleu.corpus_chrf(hypotheses, [references]).score
+    assert record["chrf"] == pytest.approx(expected)
+    assert float(chrf.group(1)) == pytest.approx(expected, abs=0.005)
+    assert record["chrf_signature"] == chrf.group(2)
 
 
 def read_tsv(path):
@@ -132,6 +146,10 @@ def test_tensorboard_shows_dev_translations_as_text(smoke):
              for event in tf.compat.v1.train.summary_iterator(str(dev / name))
              for value in event.summary.value if value.tag == "translations"]
     assert texts, "no dev translations in TensorBoard"
+    scalars = {value.tag for name in os.listdir(dev)
+               for event in tf.compat.v1.train.summary_iterator(str(dev / name))
+               for value in event.summary.value}
+    assert {"bleu", "chrf"} <= scalars, scalars
     sources = [source for source, _ in read_tsv(tmp_path / "dev.tsv")]
     assert texts[-1].startswith("| source | reference | translation |")
     assert sources[0] in texts[-1]
@@ -156,8 +174,15 @@ def test_report_puts_the_floors_and_a_verdict_beside_the_model(smoke):
     copy = sacrebleu.corpus_bleu(list(sources), [list(references)]).score
     assert record["floors"]["copy"]["sacrebleu"] == pytest.approx(copy)
     assert re.search(r"^\s+copy the source\s.*" + re.escape(f"{copy:.2f}"), report, re.M)
+    copy_chrf = sacrebleu.corpus_chrf(list(sources), [list(references)]).score
+    assert record["floors"]["copy"]["chrf"] == pytest.approx(copy_chrf)
+    assert re.search(r"^\s+copy the source\s.*chrF2 +" + re.escape(f"{copy_chrf:.2f}") + "$",
+                     report, re.M)
     memory = record["floors"]["translation_memory"]["sacrebleu"]
     assert re.search(r"^\s+translation memory\s.*" + re.escape(f"{memory:.2f}"), report, re.M)
+    memory_chrf = record["floors"]["translation_memory"]["chrf"]
+    assert re.search(r"^\s+translation memory\s.*chrF2 +" + re.escape(f"{memory_chrf:.2f}") + "$",
+                     report, re.M)
     # A 4-step model cannot beat a memory of word-for-word pairs: the verdict must say so.
     assert record["sacrebleu"] < memory
     assert "below the translation memory" in record["verdict"]
@@ -168,7 +193,7 @@ def test_learning_curve_of_the_run(smoke):
     tmp_path, _ = smoke
     output = tmp_path / "curve.png"
     code, stdout, stderr = run(f"--model_dirs={tmp_path / 'run'}", f"--output={output}",
-                               module="benchmarks.learning_curve")
+                               module="docs.tools.learning_curve")
     assert code == 0, stderr[-3000:]
     assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     curve = json.loads((tmp_path / "curve.json").read_text())["run"]

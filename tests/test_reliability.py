@@ -161,7 +161,8 @@ def no_space(*args, **kwargs):
 def test_a_full_disk_at_checkpoint_time_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     import keras_transformer as kt
     from keras_transformer import writing
-    from keras_transformer.training import Trainer, TrainingConfig, restore_model
+    from keras_transformer.training import Trainer, TrainingConfig
+    from keras_transformer.weights import restore_model
     from toy import toy_dataset_fn
 
     config = kt.TransformerConfig.from_preset("tiny", vocab_size=16)

@@ -126,3 +126,69 @@ print(json.dumps(found))
     with open(os.path.join(os.path.dirname(__file__), "..", "docs", "serving.md")) as f:
         doc = f.read()
     assert all(f"`{op}`" in doc for op in TF_TEXT_OPS)
+
+
+def session_signature(path, name):
+    """``(run, session)``: ``run(**inputs)`` feeds the export's signature ``name`` through a TF1
+    session, tensors named by its signature_def, as tensorflow_model_server does."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops, as the stock server links them)
+
+    session = tf.compat.v1.Session(graph=tf.Graph())
+    signature = tf.compat.v1.saved_model.loader.load(session, ["serve"], path).signature_def[name]
+    outputs = {k: v.name for k, v in signature.outputs.items()}
+    return (lambda **inputs: session.run(outputs, {signature.inputs[k].name: v
+                                                   for k, v in inputs.items()})), session
+
+
+PAIRS = [(SENTENCES[0], "Das ist Satz 5."), (SENTENCES[1], ""), (LONGER, "Das ist Satz 7. " * 10)]
+
+
+def test_score_signature_through_the_session_loader_gives_the_translators_scores(exports, tmp_path):
+    from keras_transformer.inference import SCORE_SIGNATURE, load_exported_score_fn
+    from test_export import write_old_export
+
+    translator, text_path, ids_path = exports
+    sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
+    expected = {k: np.asarray(v) for k, v in
+                translator.score_function()(tf.constant(sources), tf.constant(targets)).items()}
+    run, session = session_signature(text_path, SCORE_SIGNATURE)
+    with session:
+        out = run(sources=np.array(sources, object), targets=np.array(targets, object))
+    assert sorted(out) == ["log_prob", "nll_per_token", "tokens", "truncated"]
+    np.testing.assert_allclose(out["log_prob"], expected["log_prob"], atol=1e-4)
+    np.testing.assert_allclose(out["nll_per_token"], expected["nll_per_token"], atol=1e-4)
+    np.testing.assert_array_equal(out["tokens"], expected["tokens"])
+    np.testing.assert_array_equal(out["truncated"], [False, False, True])
+
+    score_fn, path = load_exported_score_fn(os.path.dirname(text_path))  # as trainers.score loads it
+    assert path == text_path
+    np.testing.assert_allclose(score_fn(tf.constant(sources), tf.constant(targets))["log_prob"],
+                               expected["log_prob"], atol=1e-4)
+    with pytest.raises(ValueError, match="has no text signature: it is the ids-only export"):
+        load_exported_score_fn(ids_path)
+    write_old_export(str(tmp_path / "old" / "1"))
+    with pytest.raises(ValueError, match=f"{tmp_path}/old/1 has no score signature: it was exported "
+                                         "before scoring was; export the run again"):
+        load_exported_score_fn(str(tmp_path / "old"))
+
+
+def test_score_ids_signature_ignores_what_the_server_pads_after_eos(exports):
+    from keras_transformer.inference import SCORE_IDS_SIGNATURE
+
+    translator, _, ids_path = exports
+    end_id = translator.tokenizer.end_id
+    sources, targets = (np.asarray(translator.source_ids(tf.constant(side))[0]) for side in zip(*PAIRS))
+    rows = [[row[:list(row).index(end_id) + 1] for row in side] for side in (sources, targets)]
+    run, session = session_signature(ids_path, SCORE_IDS_SIGNATURE)
+    with session:
+        alone = [run(source_ids=s[None], target_ids=t[None]) for s, t in zip(*rows)]
+        # One request per pair, padded by the batcher with each tensor's first element.
+        rng = np.random.default_rng(7)
+        batch = {name: batch_like_tf_serving([row[None] for row in side], "first",
+                                             translator.tokenizer.vocab_size, rng)
+                 for name, side in zip(("source_ids", "target_ids"), rows)}
+        out = run(**batch)
+    assert (batch["target_ids"] != 0).sum() > sum(len(t) for t in rows[1])  # not PAD after some EOS
+    for i, single in enumerate(alone):
+        np.testing.assert_array_equal(out["tokens"][i], single["tokens"][0])
+        np.testing.assert_allclose(out["log_prob"][i], single["log_prob"][0], atol=1e-4)

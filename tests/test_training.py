@@ -21,8 +21,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.training import (Callback, NonFiniteError, TensorBoard, Trainer,
-                                        TrainingConfig, TrainStep, checkpoint_paths,
-                                        restore_model)
+                                        TrainingConfig, TrainStep, checkpoint_paths)
+from keras_transformer.weights import restore_model
 from toy import toy_batch, toy_dataset_fn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -201,7 +201,8 @@ PROGRESS = re.compile(
     r"(?P<target_rate>[\d,]+) tgt tok/s \| (?P<rate>[\d,]+) src\+tgt tok/s \| pad (?P<pad>[\d.]+)% \| "
     r"(?P<elapsed>[\d:]+) elapsed, (?P<left>[\d:?]+) left$")
 DEV = re.compile(r"^\S+ \S+ step (?P<step>\d+) \| dev loss (?P<loss>[\d.]+) \| dev nll (?P<nll>[\d.]+) \| "
-                 r"dev ppl (?P<ppl>[\d.]+) \| dev acc (?P<acc>[\d.]+)( \| dev BLEU (?P<bleu>[\d.]+))?$")
+                 r"dev ppl (?P<ppl>[\d.]+) \| dev acc (?P<acc>[\d.]+)"
+                 r"( \| dev BLEU (?P<bleu>[\d.]+))?( \| chrF2 (?P<chrf>[\d.]+))?$")
 
 
 def test_a_progress_line_parses_into_its_fields():
@@ -215,7 +216,8 @@ def test_a_progress_line_parses_into_its_fields():
                 padding_fraction=0.08, elapsed_seconds=3600.0, remaining_seconds=5400.0)
     progress.on_log(1, logs)
     progress.on_log(40, logs)
-    progress.on_dev(40, dict(loss=4.1, nll=3.5, perplexity=math.exp(3.5), accuracy=0.4, bleu=9.81))
+    progress.on_dev(40, dict(loss=4.1, nll=3.5, perplexity=math.exp(3.5), accuracy=0.4, bleu=9.81,
+                                     chrf=38.27))
     assert "building" in lines[0] and "step 1" in lines[0]
     first, later = PROGRESS.match(lines[1]), PROGRESS.match(lines[2])
     assert first and later, lines
@@ -233,6 +235,7 @@ def test_a_progress_line_parses_into_its_fields():
     assert dev, lines[3]
     assert float(dev["ppl"]) == pytest.approx(math.exp(float(dev["nll"])), rel=1e-3)
     assert float(dev["bleu"]) == 9.81 and float(dev["loss"]) == 4.1
+    assert float(dev["chrf"]) == 38.27
 
 
 def test_dev_perplexity_is_exp_of_the_unsmoothed_nll_per_target_subword():

@@ -279,12 +279,12 @@ def interactive_translate(*args):
 def copy_with_a_fresh_average(setup, tmp_path):
     """A copy of the run with an averaged checkpoint newer than its latest; returns (model_dir,
     averaged prefix). The average of one checkpoint: ckpt-1's weights."""
-    from keras_transformer import runs
+    from keras_transformer import runs, weights
     from keras_transformer.training import write_averaged_checkpoint
 
     model_dir = str(tmp_path / "run")
     shutil.copytree(setup["model_dir"], model_dir)  # keeps ckpt-1's time: the average is newer
-    model = runs.build_model(runs.model_config(runs.read_config(model_dir)))
+    model = weights.build_model(runs.model_config(runs.read_config(model_dir)))
     averaged = write_averaged_checkpoint(model, [os.path.join(model_dir, "ckpt-1")],
                                          os.path.join(model_dir, runs.AVERAGED_PREFIX))
     return model_dir, averaged
@@ -379,3 +379,98 @@ def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(s
     # More hypotheses than the beam holds: refused before anything is loaded.
     assert_clean_error(run("translate", f"--model_dir={setup['model_dir']}", "--text=Hello.",
                            "--n_best=3", "--beam_size=2"), "--n_best=3 exceeds --beam_size=2")
+
+
+# --- sampling and ensembles (issue 34) -------------------------------------------------------------
+
+
+def test_sampling_flags_are_checked_in_one_line_each(setup, old_export):
+    """Refused before anything is loaded: a nucleus outside (0, 1], an n-best list of samples,
+    sampling through an export, an ensemble export."""
+    model_dir = f"--model_dir={setup['model_dir']}"
+    for args, line in [
+        (["--sampling_topp=1.5"], "translate: error: flag --sampling_topp=1.5: must be in (0, 1]"),
+        (["--sampling_topp=0"], "translate: error: flag --sampling_topp=0.0: must be in (0, 1]"),
+        (["--n_best=2", "--sampling_topk=5"],
+         "translate: error: --n_best=2 with --sampling_topk: sampling draws one translation"),
+    ]:
+        code, stdout, stderr = run("translate", model_dir, "--text=Hello.", *args)
+        assert code == 2 and stdout == b"" and "Traceback" not in stderr, stderr
+        errors = [text for text in stderr.splitlines() if text.startswith("translate:")]
+        assert len(errors) == 1 and errors[0].startswith(line), stderr
+    assert_clean_error(run("translate", f"--saved_model={old_export}", "--seed=3", "--text=Hello."),
+                       "--seed only apply with --model_dir: a SavedModel decodes with the beam "
+                       "search it was exported with.")
+    assert_clean_error(run("export", f"--model_dir={setup['model_dir']},{setup['model_dir']}",
+                           f"--export_dir={setup['base'] / 'never'}"),
+                       "an ensemble cannot be exported")
+
+
+def test_sampling_at_top_k_one_is_the_greedy_search(setup):
+    from keras_transformer.runs import load_translator
+
+    translator = load_translator(setup["model_dir"], None, DecodingConfig(**BEAM))
+    lines = [line for line in LINES if line.strip()]
+    source_ids, _, _ = translator.source_ids(tf.constant(lines))
+    greedy = translator.search(source_ids, greedy=True)
+    texts = translator.tokenizer.detokenize(greedy.ids).numpy()
+    code, stdout, stderr = run("translate", f"--model_dir={setup['model_dir']}", "--sampling_topk=1",
+                               "--seed=9", f"--input={setup['input']}", "--show_scores", "--alpha=0.6",
+                               "--extra_length=6")
+    assert code == 0, stderr
+    assert "sampling (top-k 1, top-p 1, temperature 1, seed 9)" in stderr
+    rows = [row for line, row in zip(LINES, parse(stdout)) if line.strip()]
+    assert [text for _, text in rows] == [t.decode().replace("\n", " ") for t in texts]
+    assert [score for score, _ in rows] == pytest.approx(greedy.scores.numpy().tolist(), abs=2e-4)
+
+
+def test_an_ensemble_of_a_run_with_itself_translates_and_evaluates_as_the_run(setup, checkpoint_output):
+    twice = f"{setup['model_dir']},{setup['model_dir']}"
+    output = str(setup["base"] / "ensemble.txt")
+    code, _, stderr = run("translate", f"--model_dir={twice}", f"--input={setup['input']}",
+                          f"--output={output}", "--batch_size=2", "--show_scores", "--beam_size=2",
+                          "--extra_length=6")
+    assert code == 0, stderr
+    checkpoint = os.path.join(setup["model_dir"], "ckpt-1")
+    assert f"translate: an ensemble of 2 runs: {checkpoint} (latest; " in stderr
+    with open(output, "rb") as stream:
+        rows, want = parse(stream.read()), parse(checkpoint_output[0])
+    assert [text for _, text in rows] == [text for _, text in want]
+    assert [score for score, _ in rows] == pytest.approx([score for score, _ in want], abs=2e-4)
+
+    pairs = setup["base"] / "pairs.tsv"
+    pairs.write_text("A dog runs.\tEin Hund rennt.\nDas ist Satz 5.\tDas ist Satz 5.\n")
+    code, stdout, stderr = run("evaluate", f"--model_dir={twice}", "--dataset=files",
+                               f"--train_data={pairs}", f"--test_data={pairs}", "--beam_size=2",
+                               "--extra_length=6")
+    assert code == 0, stderr
+    assert f"evaluate: an ensemble of 2 runs: {checkpoint} (latest; " in stdout.decode()
+
+
+def test_an_ensemble_of_runs_with_different_vocabularies_is_one_line(setup, tmp_path):
+    """Another vocabulary size (the command), or the same size with other pieces (the library)."""
+    from keras_transformer.runs import load_ensemble
+
+    runs_made = {}
+    for name, size, text in [("smaller", 304, SENTENCES), ("reworded", 320, ["Ein ganz anderer Text."])]:
+        tokenizer = SubwordTokenizer.learn(
+            [f"{s} {i}" for i in range(40) for s in text] + [f"Das ist Satz {i}." for i in range(80)],
+            vocab_size=size, out_path=str(tmp_path / f"{name}.model"))
+        assert tokenizer.vocab_size == size
+        config = kt.TransformerConfig.from_preset("tiny", vocab_size=size, max_length=24)
+        trainer = Trainer(config, TrainingConfig(model_dir=str(tmp_path / name), train_steps=1),
+                          run_info={"vocab_path": tokenizer.path})
+        trainer._write_run_config()
+        trainer.checkpointer.save(1)
+        runs_made[name] = str(tmp_path / name)
+    code, stdout, stderr = run("translate", f"--model_dir={setup['model_dir']},{runs_made['smaller']}",
+                               "--text=Hello.")
+    assert code == 1 and stdout == b"" and "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("translate:")]
+    assert errors == [f"translate: error: the runs {setup['model_dir']} and {runs_made['smaller']} "
+                      "do not share a vocabulary (320 and 304 subwords): an ensemble's runs must be "
+                      "trained with the same one."], stderr
+    with pytest.raises(ValueError, match=f"the runs {setup['model_dir']} and "
+                                         f"{runs_made['reworded']} do not share a vocabulary "
+                                         r"\(\d+ of their 320 subwords differ, the first at id"):
+        load_ensemble([setup["model_dir"], runs_made["reworded"]])

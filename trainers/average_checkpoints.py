@@ -5,7 +5,8 @@ the last 5 checkpoints, written at 10-minute intervals; the big models the last 
     python -m trainers.average_checkpoints --checkpoints=runs/base/ckpt-90000,runs/base/ckpt-95000
 
 Writes MODEL_DIR/averaged/ckpt (or --output): the model variables only, loadable with
-``tf.train.Checkpoint(model=model).read(path)``.
+``tf.train.Checkpoint(model=model).read(path)``. The averaging is the library's
+``keras_transformer.training.checkpoints.average_run``, as the trainer's at the end of training.
 """
 
 import os
@@ -23,24 +24,6 @@ flags.mark_flag_as_required("model_dir")
 flags.register_validator("last", lambda v: v > 0, "--last must be positive.")
 
 
-def average(model_dir: str, last: int = 5, checkpoints=None, output=None) -> str:
-    """Averages ``checkpoints`` (default: the ``last`` newest of ``model_dir``) into ``output``."""
-    from keras_transformer import runs
-    from keras_transformer.training import checkpoint_paths, write_averaged_checkpoint
-
-    run = runs.read_config(model_dir)
-    paths = ([p.removesuffix(".index") for p in checkpoints] if checkpoints
-             else checkpoint_paths(model_dir)[-last:])
-    if not paths:
-        raise ValueError(f"No checkpoints in {model_dir!r}.")
-    if not checkpoints and len(paths) < last:
-        raise ValueError(f"--last={last} but {model_dir!r} holds only {len(paths)} checkpoints "
-                         f"({', '.join(os.path.basename(p) for p in paths)}).")
-    model = runs.build_model(runs.model_config(run))
-    output = output or os.path.join(model_dir, runs.AVERAGED_PREFIX)
-    return write_averaged_checkpoint(model, paths, output)
-
-
 def check_flags():
     checks.run_dir("model_dir", FLAGS.model_dir)
     for prefix in FLAGS.checkpoints or ():
@@ -48,14 +31,25 @@ def check_flags():
             raise app.UsageError(f"--checkpoints: {prefix} is not a checkpoint (no "
                                  f"{prefix.removesuffix('.index')}.index)")
     from keras_transformer import runs
+    from keras_transformer.training import last_checkpoints
 
     output = FLAGS.output or os.path.join(FLAGS.model_dir, runs.AVERAGED_PREFIX)
     checks.output_file("output", output)
+    if not FLAGS.checkpoints:
+        # The trainer averages what there is; a user who asked for N checkpoints gets N or a
+        # line saying what there is.
+        paths = last_checkpoints(FLAGS.model_dir, FLAGS.last)
+        if paths and len(paths) < FLAGS.last:
+            raise app.UsageError(
+                f"--last={FLAGS.last} but {FLAGS.model_dir!r} holds only {len(paths)} checkpoints "
+                f"({', '.join(os.path.basename(p) for p in paths)}).")
 
 
 def main(argv):
     check_flags()
-    path = average(FLAGS.model_dir, FLAGS.last, FLAGS.checkpoints, FLAGS.output)
+    from keras_transformer.training import average_run
+
+    path = average_run(FLAGS.model_dir, FLAGS.last, FLAGS.checkpoints, FLAGS.output)
     print(f"average_checkpoints: wrote {path}")
 
 

@@ -4,6 +4,7 @@ import contextlib
 import errno
 import math
 import os
+import signal
 import sys
 
 
@@ -19,6 +20,44 @@ def stderr_progress(total: int):
             bar.add(n)
 
     return progress
+
+
+def listed(numbers, most: int = 20) -> str:
+    """``1, 4, 9`` or, beyond ``most`` numbers, ``1, 4, ... 77 and 12 more``: line numbers for a
+    line of stderr that stays one line."""
+    more = f" and {len(numbers) - most} more" if len(numbers) > most else ""
+    return ", ".join(map(str, numbers[:most])) + more
+
+
+class Output:
+    """A program's result lines: stdout, written and flushed as each part is ready; or the file
+    ``path``, written whole at the end (no half-written file is ever left)."""
+
+    def __init__(self, path=None):
+        self.path = path
+        self.collected = [] if path is not None else None
+
+    def write(self, lines):
+        """Writes ``lines`` (each str or UTF-8 bytes, without line breaks)."""
+        data = b"".join((line.encode("utf-8") if isinstance(line, str) else line) + b"\n"
+                        for line in lines)
+        if self.collected is not None:
+            self.collected.append(data)
+            return
+        try:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            # The reader (e.g. `head`) took all it wanted: stop quietly, as other filters do; stdout
+            # goes to /dev/null so that the interpreter's last flush cannot fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(128 + signal.SIGPIPE) from None
+
+    def close(self):
+        if self.collected is not None:
+            from keras_transformer import writing
+
+            writing.write_file(self.path, b"".join(self.collected))
 
 
 SETUP_COMMAND = "bash trainers/setup.sh"

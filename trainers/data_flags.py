@@ -80,8 +80,8 @@ CORPUS_FLAGS = ("dataset", "data_dir", "ding_file", "libreoffice_help_dir", "tra
 
 
 def bucket_multiple_for(xla: bool) -> int:
-    """The bucket grid when --bucket_multiple is not given: few shapes only matter under XLA
-    (on the offline corpus: 22% padding with the grid of 8, 8.5% with the exact grid)."""
+    """The bucket grid when --bucket_multiple is not given: few shapes only matter under XLA, and
+    the coarser grid pads short sentences much more (docs/data.md, "Batches")."""
     return 8 if xla else 1
 
 

@@ -1,4 +1,5 @@
-"""BLEU of a trained model on a test set, measured two ways and labelled (``keras_transformer.evaluation``).
+"""BLEU of a trained model on a test set, measured two ways and labelled, and chrF beside it
+(``keras_transformer.evaluation``).
 
     python -m trainers.evaluate --model_dir=runs/quickstart --checkpoint=averaged
     python -m trainers.evaluate --saved_model=saved_models/quickstart --output=test.hyp.de
@@ -10,16 +11,18 @@ Prints
     data: libreoffice_help_en_de test split (from the export)
     sacreBLEU = 12.34 (nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0)
     tokenized BLEU (Moses + compound split, the paper's) = 13.45 (...)
+    chrF2 = 45.67 (nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0)
 
-and with --floors the floors on the same sentences and a verdict:
+and with --floors the floors on the same sentences and a verdict (on sacreBLEU):
 
-    model               sacreBLEU  12.34   tokenized BLEU  13.45
-    translation memory  sacreBLEU  11.37   tokenized BLEU  11.66
-    copy the source     sacreBLEU   7.39   tokenized BLEU   7.35
+    model               sacreBLEU  12.34   tokenized BLEU  13.45   chrF2  45.67
+    translation memory  sacreBLEU  11.37   tokenized BLEU  11.66   chrF2  40.12
+    copy the source     sacreBLEU   7.39   tokenized BLEU   7.35   chrF2  30.45
     verdict: 0.97 sacreBLEU above the translation memory: the model translates beyond ...
 
 sacreBLEU is the comparable number; the tokenized compound-split BLEU is how the paper's Table 2
 numbers (27.3 / 28.4 EN-DE) were computed, and is usually higher: never compare one with the other.
+chrF2 (character n-grams) is the second opinion, steadier than BLEU on short sentences.
 
 The test set is the corpus the model was trained on: a run records it in its config.json and an
 export in its assets/config.json, so ``--model_dir=runs/x`` or ``--saved_model=saved_models/x``
@@ -29,7 +32,8 @@ pass the data flags). Any data flag given (``trainers/data_flags.py``: --dataset
 chooses the corpus instead; a run or export that records no corpus (an export written before
 exports recorded it) gets the data flags' defaults. The first line says which corpus and why.
 Beam settings apply with --model_dir (section 6.1 defaults: beam 4, alpha 0.6); a SavedModel has
-its own baked in.
+its own baked in. Several comma-separated runs in --model_dir are an ensemble, decoded together
+(memory and time grow linearly with the runs; the corpus is the first run's).
 """
 
 from absl import app, flags
@@ -73,7 +77,8 @@ def test_data_config():
     if FLAGS.model_dir:
         from keras_transformer import runs
 
-        recorded, origin = runs.data_config(runs.read_config(FLAGS.model_dir)), "the run"
+        recorded = runs.data_config(runs.read_config(run_flags.model_dirs()[0]))
+        origin = "the run"
     else:
         from keras_transformer.export.common import recorded_data_config
 
@@ -125,7 +130,7 @@ def check_flags():
                                  "its search settings baked in.")
         checks.saved_model("saved_model", FLAGS.saved_model)
     else:
-        checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
+        run_flags.check_runs()
     if FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.output:

@@ -50,6 +50,9 @@ def check_flags(name):
     --export_dir or an existing version."""
     if not name or os.sep in name or name in (".", ".."):
         raise app.UsageError(f"--name={name!r} must be a plain folder name.")
+    if len(run_flags.model_dirs()) > 1:
+        raise app.UsageError(f"--model_dir={FLAGS.model_dir}: an ensemble cannot be exported; "
+                             "export one run (translate and evaluate decode ensembles).")
     checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
     if FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)

@@ -15,9 +15,10 @@ Six stages, each announced as it starts:
    --ema_decay also the moving average of the weights, and of the two the one with the higher
    BLEU on the whole dev split is used;
 4. evaluate: beam search (beam 4, alpha 0.6) on the held-out test split, scored with sacreBLEU
-   (with its signature) and with the paper's tokenized compound-split BLEU, each labelled, beside
-   two floors on the same sentences: copying the source, and a translation memory (the German of
-   the nearest English training sentence); a model below the memory has not learned to translate;
+   (with its signature), with the paper's tokenized compound-split BLEU and with sacreBLEU's chrF2
+   (with its signature), each labelled, beside two floors on the same sentences: copying the
+   source, and a translation memory (the German of the nearest English training sentence); a
+   model below the memory has not learned to translate;
 5. export: SavedModels for TF Serving under --export_dir (``keras_transformer.export``);
 6. translate: a few test sentences through the EXPORTED model, as a server would;
 
@@ -41,21 +42,21 @@ import time
 
 from absl import flags
 
-from . import checks, console, data_flags, decoding_flags, shipped, wmt
+from . import (checks, console, data_flags, decoding_flags, model_flags, shipped,
+               training_flags)
 
 FLAGS = flags.FLAGS
-# The trainer's own flags (model, recipe, data) are this program's too, with the defaults below: the
-# training stage is the trainer's own training run.
-TRAINER_MODULES = (wmt, data_flags)
+# The trainer's flags (model, recipe, data) are this program's too, with the defaults below: the
+# training stage is the trainer's training run, built from the same flag modules.
+TRAINER_MODULES = (model_flags, training_flags, data_flags)
 for _module in TRAINER_MODULES + (decoding_flags,):
     flags.adopt_module_key_flags(_module)
 
 # The trainer's defaults are the paper's (base, 100k steps, ~25k-token batches). These are for 20
-# minutes on 2 CPU cores. They rest on single runs of earlier probes, not on a sweep
-# (`python -m benchmarks.recipe` compares them on dev; its rows have not all been run, see
-# docs/results.md): a narrow model (preset mini) makes more updates in the budget; small batches
-# and a short warm-up give more updates at a high learning rate; in those probes post-LN stalled
-# for minutes on its initial plateau. Only the checkpoints it averages are kept (unless
+# minutes on 2 CPU cores. They rest on single runs of earlier probes, not on a sweep (see
+# docs/results.md, "The main job"): a narrow model (preset mini) makes more updates in the
+# budget; small batches and a short warm-up give more updates at a high learning rate; in those
+# probes post-LN stalled for minutes on its initial plateau. Only the checkpoints it averages are kept (unless
 # --keep_checkpoints is given), and the best dev-BLEU one.
 QUICKSTART_DEFAULTS = dict(
     dataset="libreoffice_help_en_de", vocab_size=2000, token_budget=2048, max_length=64,
@@ -72,8 +73,8 @@ console.set_program_default("keep_checkpoints", QUICKSTART_DEFAULTS["average_las
 flags.DEFINE_alias("work_dir", "model_dir")  # the name of earlier versions
 
 flags.DEFINE_enum("eval_split", "test", ["dev", "test"],
-                  "Which held-out split the evaluate stage scores (dev: for choosing settings, "
-                  "as benchmarks.recipe does).")
+                  "Which held-out split the evaluate stage scores (dev: for choosing settings; "
+                  "test: for reporting them).")
 flags.DEFINE_integer("eval_limit", None, "Evaluate on the first N pairs only (default all).",
                      lower_bound=1)
 flags.DEFINE_integer("samples", 5, "Sentences translated through the exported model.",
@@ -161,21 +162,24 @@ def stage_data(config):
 
 # --- 2. train ------------------------------------------------------------------------------------
 
-def training_command():
+def training_command(training_config):
     """The ``python -m trainers.wmt`` command line that trains the same run (shown, and kept in
     the report, so the training can be repeated or continued alone)."""
-    command = ["python", "-m", "trainers.wmt", f"--model_dir={FLAGS.model_dir}"]
+    command = ["python", "-m", "trainers.wmt", f"--model_dir={FLAGS.model_dir}",
+               # what this run keeps (only the checkpoints it averages, unless given)
+               f"--keep_checkpoints={training_config.keep_checkpoints}"]
     for module in TRAINER_MODULES:
         for flag in FLAGS.get_flags_for_module(module.__name__):
             # export_dir: the export is this program's own stage 5.
-            if (flag.name not in ("model_dir", "export_dir") and flag.value is not None
+            if (flag.name not in ("model_dir", "export_dir", "keep_checkpoints")
+                    and flag.value is not None
                     and (flag.present or flag.name in QUICKSTART_DEFAULTS
                          or not flag.using_default_value)):
                 command.append(flag.serialize())
     return command
 
 
-def stage_train(data_config, strategy):
+def stage_train(data_config, training_config, strategy):
     header("train", f"preset {FLAGS.preset}, {FLAGS.train_minutes:g} minutes"
            + (f" or {FLAGS.train_steps} steps" if FLAGS.train_steps else ""))
     from keras_transformer import runs, signals
@@ -184,7 +188,7 @@ def stage_train(data_config, strategy):
     if FLAGS.overwrite and os.path.isdir(FLAGS.model_dir):
         shutil.rmtree(FLAGS.model_dir)
         say(f"--overwrite: deleted {FLAGS.model_dir}")
-    say("the same training alone: " + " ".join(training_command()))
+    say("the same training alone: " + " ".join(training_command(training_config)))
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     log_path = os.path.join(FLAGS.model_dir, runs.TRAIN_LOG)
     with open(log_path, "a", encoding="utf-8") as log:
@@ -194,8 +198,7 @@ def stage_train(data_config, strategy):
             say("  " + line)
 
         try:
-            summary = wmt.train(data_config, wmt.training_config(os.path.abspath(FLAGS.model_dir)),
-                                strategy, log=show)
+            summary = training_flags.train(data_config, training_config, strategy, log=show)
         except (NonFiniteError, ValueError) as error:
             fail("train", str(error))
     signals.check()  # stopped by a signal: the checkpoint is saved, no new stage
@@ -210,7 +213,7 @@ def stage_average(config, summary):
     header("average", f"the last {FLAGS.average_last} checkpoints (section 6.1)"
            + (f" and the moving average (decay {FLAGS.ema_decay:g})" if FLAGS.ema_decay else ""))
     from keras_transformer import data, runs
-    from keras_transformer.training import checkpoint_paths
+    from keras_transformer.training import average_run, last_checkpoints
 
     if not FLAGS.average_last:
         if FLAGS.ema_decay:
@@ -219,12 +222,11 @@ def stage_average(config, summary):
         say(f"--average_last=0: using the last checkpoint {summary['latest_checkpoint']}")
         return runs.LATEST, [summary["latest_checkpoint"]], "last checkpoint"
     # absolute: see training_command
-    paths = checkpoint_paths(os.path.abspath(FLAGS.model_dir))[-FLAGS.average_last:]
-    if not summary.get("averaged_checkpoint"):
+    model_dir = os.path.abspath(FLAGS.model_dir)
+    paths = last_checkpoints(model_dir, FLAGS.average_last)
+    if not summary.get("averaged_checkpoint"):  # the trainer averages unless a signal stopped it
         try:
-            from .average_checkpoints import average
-
-            average(os.path.abspath(FLAGS.model_dir), len(paths))
+            average_run(model_dir, FLAGS.average_last)
         except ValueError as error:
             fail("average", str(error))
     names = ", ".join(os.path.basename(p) for p in paths)
@@ -359,8 +361,8 @@ def stage_translate(path, sources, references, hypotheses):
 
 # --- report ---------------------------------------------------------------------------------------
 
-def report(counts, summary, weights, averaged, result, floors, eval_seconds, paths, samples,
-           wall):
+def report(training_config, counts, summary, weights, averaged, result, floors, eval_seconds,
+           paths, samples, wall):
     from keras_transformer import evaluation, runs
 
     split = FLAGS.eval_split
@@ -378,8 +380,7 @@ def report(counts, summary, weights, averaged, result, floors, eval_seconds, pat
         f"weights     {weights}",
         f"{split} BLEU{' ' * (7 - len(split))}(beam {FLAGS.beam_size}, alpha {FLAGS.alpha}, "
         f"{result.sentences:,} sentences, {eval_seconds:.0f} s)",
-        f"  {result.sacrebleu}",
-        f"  {result.tokenized}",
+        *("  " + line for line in result.lines()),
         *("  " + line for line in evaluation.floor_lines(result, floors)),
         "  " + evaluation.verdict(result, floors),
         f"export      {paths[0]}",
@@ -412,12 +413,14 @@ def report(counts, summary, weights, averaged, result, floors, eval_seconds, pat
               "final_train_loss": summary.get("final_train_loss"),
               "final_dev_loss": summary.get("final_dev_loss"),
               "sacrebleu": result.sacrebleu.score, "sacrebleu_signature": result.sacrebleu.signature,
-              "tokenized_bleu": result.tokenized.score, "test_sentences": result.sentences,
+              "tokenized_bleu": result.tokenized.score,
+              "chrf": result.chrf.score, "chrf_signature": result.chrf.signature,
+              "test_sentences": result.sentences,
               "floors": floors.to_dict(),
               "verdict": evaluation.verdict(result, floors),
               "weights": weights, "averaged_checkpoints": averaged, "export": paths, "samples": samples,
               "wall_minutes": wall / 60, "load_average": os.getloadavg(),
-              "cpus": os.cpu_count(), "command": training_command(),
+              "cpus": os.cpu_count(), "command": training_command(training_config),
               "latest_checkpoint": os.path.basename(summary["latest_checkpoint"] or ""),
               "text": text}
     write_file("translate", os.path.join(FLAGS.model_dir, runs.REPORT_FILE),
@@ -470,12 +473,10 @@ def main(argv):
     checks.output_dir("model_dir", FLAGS.model_dir)
     checks.output_dir("export_dir", FLAGS.export_dir)
     config = data_flags.data_config(xla=FLAGS.xla)
-    wmt.check_model_flags()  # the trainer's own checks of its flags
-    wmt.check_training_flags(FLAGS.model_dir)
-    if not FLAGS["keep_checkpoints"].present:  # only those it averages
-        FLAGS.keep_checkpoints = max(FLAGS.average_last, 1)
-    wmt.training_config(FLAGS.model_dir)
-    strategy = wmt.make_strategy()  # before TensorFlow runs anything; seeds too
+    training_flags.check(FLAGS.model_dir)
+    training_config = training_flags.training_config(os.path.abspath(FLAGS.model_dir),
+                                                     keep_only_the_averaged=True)
+    strategy = training_flags.make_strategy()  # before TensorFlow runs anything; seeds too
     text = finished_report()
     if text is not None:
         say(f"{FLAGS.model_dir} holds a finished run; its report (--train_more trains it "
@@ -483,14 +484,14 @@ def main(argv):
         say(text)
         return
     config, counts = stage_data(config)
-    summary = stage_train(config, strategy)
+    summary = stage_train(config, training_config, strategy)
     checkpoint, averaged, weights = stage_average(config, summary)
     translator, result, floors, sources, references, hypotheses, eval_seconds = stage_evaluate(
         config, checkpoint)
     paths = stage_export(translator)
     samples = stage_translate(paths[0], sources, references, hypotheses)
-    report(counts, summary, weights, averaged, result, floors, eval_seconds, paths, samples,
-           time.monotonic() - started)
+    report(training_config, counts, summary, weights, averaged, result, floors, eval_seconds,
+           paths, samples, time.monotonic() - started)
 
 
 if __name__ == "__main__":

@@ -4,35 +4,78 @@ translate, export): one definition, one default, and one line saying what was lo
     from trainers import run_flags           # defines --model_dir and --checkpoint on import
     flags.adopt_module_key_flags(run_flags)
     translator, loaded = run_flags.load_translator(decoding_config, vocab_path)
+
+--model_dir may name several runs, comma-separated: an ensemble (``run_flags.model_dirs``).
 """
 
 from absl import flags
 
-flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints).")
+flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints); "
+                    "translate and evaluate also take several, comma-separated: an ensemble, "
+                    "decoded together (their log-probabilities averaged at every step; the runs "
+                    "must share one vocabulary; memory and time grow linearly with the runs).")
 flags.DEFINE_string(
     "checkpoint", None,
     "With --model_dir: averaged (MODEL_DIR/averaged/ckpt), ema (MODEL_DIR/ema/ckpt, the moving "
     "average of the weights kept in training), best (MODEL_DIR/best/ckpt), latest, a checkpoint prefix (e.g. "
     "runs/small/ckpt-1000) or a folder. Default: averaged, else ema, else best, else latest (an "
     "averaged or ema checkpoint older than the latest one is passed over). The program says which "
-    "one it used.")
+    "one it used. An ensemble's runs each take theirs.")
 
 FLAGS = flags.FLAGS
 
 
+def model_dirs():
+    """The runs --model_dir names: one, or several (an ensemble)."""
+    return FLAGS.model_dir.split(",")
+
+
+def check_runs():
+    """Each run of --model_dir and its --checkpoint, before anything slow."""
+    from . import checks
+
+    for model_dir in model_dirs():
+        checks.run_dir("model_dir", model_dir, FLAGS.checkpoint)
+
+
 def load_translator(decoding_config, vocab_path=None):
-    """``(translator, loaded)``: the run's ``Translator`` with the checkpoint of the flags, and a
-    line saying which checkpoint (and why that one) and which search settings, e.g.
-    ``runs/x/averaged/ckpt (averaged; the default: averaged, else ema, else best, else latest), beam 4,
-    alpha 0.6, extra length 50``."""
+    """``(translator, loaded)``: the run's ``Translator`` with the checkpoint of the flags (an
+    ensemble's for several runs), and a line saying which checkpoint (and why that one) and which
+    search settings, e.g. ``runs/x/averaged/ckpt (averaged; the default: averaged, else ema, else
+    best, else latest), beam 4, alpha 0.6, extra length 50``."""
     from keras_transformer import runs
 
     from . import decoding_flags
 
-    checkpoint, why = FLAGS.checkpoint, f"--checkpoint={FLAGS.checkpoint}"
-    if not checkpoint:  # chosen once, here, so that the line names the one loaded
-        name, checkpoint = runs.default_checkpoint(FLAGS.model_dir)
-        why = f"{name}; the default: " + ", else ".join(runs.DEFAULT_ORDER)
-    translator = runs.load_translator(FLAGS.model_dir, checkpoint, decoding_config, vocab_path)
-    return translator, (f"{translator.checkpoint} ({why}), "
-                        f"{decoding_flags.describe(translator.decoding)}")
+    members = model_dirs()
+    if len(members) == 1:
+        translator, loaded = load_run_translator(members[0], decoding_config, vocab_path)
+    else:
+        chosen = [_chosen_checkpoint(model_dir) for model_dir in members]
+        translator = runs.load_ensemble(members, [checkpoint for checkpoint, _ in chosen],
+                                        decoding_config, vocab_path)
+        loaded = f"an ensemble of {len(members)} runs: " + ", ".join(
+            f"{path} ({why})" for path, (_, why) in zip(translator.checkpoint, chosen))
+    return translator, f"{loaded}, {decoding_flags.describe(translator.decoding)}"
+
+
+def load_run_translator(model_dir, decoding_config=None, vocab_path=None):
+    """``(translator, loaded)`` for the run in ``model_dir`` with --checkpoint's checkpoint:
+    ``loaded`` names it and why it is the one, e.g. ``runs/x/averaged/ckpt (averaged; the default:
+    averaged, else ema, else best, else latest)``. No ``decoding_config``: the paper's search."""
+    from keras_transformer import runs
+
+    checkpoint, why = _chosen_checkpoint(model_dir)
+    translator = runs.load_translator(model_dir, checkpoint, decoding_config, vocab_path)
+    return translator, f"{translator.checkpoint} ({why})"
+
+
+def _chosen_checkpoint(model_dir):
+    """``(checkpoint, why)``: --checkpoint, else the run's default, chosen once, here, so that the
+    line names the one loaded."""
+    from keras_transformer import runs
+
+    if FLAGS.checkpoint:
+        return FLAGS.checkpoint, f"--checkpoint={FLAGS.checkpoint}"
+    name, checkpoint = runs.default_checkpoint(model_dir)
+    return checkpoint, f"{name}; the default: " + ", else ".join(runs.DEFAULT_ORDER)

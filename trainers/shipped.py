@@ -43,11 +43,11 @@ def model_from_export(path: str):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401  (registers the tokenizer ops of the text signatures)
 
-    from keras_transformer import runs
     from keras_transformer.config import TransformerConfig
     from keras_transformer.export.common import CONFIG_ASSET, VOCABULARY_ASSET
     from keras_transformer.inference import exported_version_path
     from keras_transformer.tokenizer import SubwordTokenizer
+    from keras_transformer.weights import build_model
 
     def inside_model(name):  # without the model's own name, which Keras numbers per process
         return name.removesuffix(":0").split("/", 1)[-1]
@@ -55,7 +55,7 @@ def model_from_export(path: str):
     path = exported_version_path(path)
     with open(os.path.join(path, "assets", CONFIG_ASSET), encoding="utf-8") as stream:
         config = TransformerConfig.from_dict(json.load(stream)["model"])
-    model = runs.build_model(config)
+    model = build_model(config)
     saved = {inside_model(v.name): v for v in tf.saved_model.load(path)._all_variables}
     for variable in model.weights:  # not the dropout layers' seed states, which no export keeps
         value = saved.get(inside_model(variable.path))

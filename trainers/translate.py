@@ -6,6 +6,8 @@
     python -m trainers.translate --model_dir=runs/small --checkpoint=best --text="Good morning."
     python -m trainers.translate --saved_model=saved_models/small < test.en > test.de
     python -m trainers.translate --saved_model=saved_models/small/3 --text="Hello." --n_best=4
+    python -m trainers.translate --model_dir=runs/small --sampling_topp=0.9 --seed=1 --input=test.en
+    python -m trainers.translate --model_dir=runs/a,runs/b --input=test.en   # an ensemble
 
 With neither --model_dir nor --saved_model the main job's model translates: its run
 (runs/quickstart, once ``python -m trainers.quickstart`` has trained it), else the model that comes
@@ -28,6 +30,13 @@ With --n_best=K > 1 each input gets K lines ``INDEX<TAB>SCORE<TAB>TRANSLATION``,
 being the 0-based input line number; an empty input line gets the empty translation with score 0,
 then K - 1 lines with score -inf and no text (as does a slot the search could not fill).
 
+Any sampling flag (--sampling_topk, --sampling_topp, --sampling_temperature, --seed) translates
+each input into one random sample instead of the beam's best (``inference.SamplingConfig``),
+scored as the beam's (log P under the model, not the sampling distribution / length penalty); with
+a run only (an export decodes with the beam search it was exported with), and not with --n_best.
+Several comma-separated runs in --model_dir are an ensemble, decoded together (the members'
+log-probabilities averaged at every step): memory and time grow linearly with the runs.
+
 Before translating, stderr names the checkpoint (and why it is the one) or the SavedModel, and the
 search settings. Beam size, alpha and the extra output length apply in checkpoint mode
 (--model_dir); an exported SavedModel has the settings it was exported with baked into its graph
@@ -41,12 +50,13 @@ import sys
 
 from absl import app, flags
 
-from . import checks, console, decoding_flags, run_flags, thread_flags
+from . import checks, console, decoding_flags, run_flags, sampling_flags, thread_flags
 from .console import stderr_progress
 
 flags.adopt_module_key_flags(thread_flags)
 flags.adopt_module_key_flags(decoding_flags)
 flags.adopt_module_key_flags(run_flags)
+flags.adopt_module_key_flags(sampling_flags)
 flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
                     "folder (its highest numeric version is used). Beam settings are baked in.")
@@ -65,10 +75,10 @@ flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines (--n_
 flags.DEFINE_integer("n_best", 1,
                      "Write the K best hypotheses of the beam per input, best first, as "
                      "INDEX<TAB>SCORE<TAB>TRANSLATION lines (INDEX: the 0-based input line); at most "
-                     "the beam size. 1: one translation per line.", lower_bound=1)
+                     "the beam size; not with sampling. 1: one translation per line.",
+                     lower_bound=1)
 
 FLAGS = flags.FLAGS
-MAX_TRUNCATION_NOTES = 20
 # Lines read before translating, in batches: enough to sort into batches of similar length, few
 # enough that the first translations come soon.
 CHUNK_BATCHES = 4
@@ -107,6 +117,13 @@ def check_flags():
     any work."""
     if FLAGS.model_dir is None and FLAGS.saved_model is None:
         choose_default_model()
+    sampling = sampling_flags.given()
+    if sampling and FLAGS.n_best > 1:
+        raise app.UsageError(f"--n_best={FLAGS.n_best} with {', '.join(sampling)}: sampling draws "
+                             "one translation per input, not an n-best list; drop one of them.")
+    if sampling and FLAGS.saved_model is not None:
+        raise app.UsageError(f"{', '.join(sampling)} only apply with --model_dir: a SavedModel "
+                             "decodes with the beam search it was exported with.")
     if FLAGS.saved_model is not None:
         given = [f"--{name}" for name in ("checkpoint", "vocab_path")
                  if FLAGS[name].present] + decoding_flags.given()
@@ -119,7 +136,7 @@ def check_flags():
             raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds --beam_size={FLAGS.beam_size}: "
                                  "the search keeps only beam_size hypotheses; raise --beam_size or "
                                  "lower --n_best.")
-        checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
+        run_flags.check_runs()
         if FLAGS.vocab_path is not None:
             checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.input is not None:
@@ -163,7 +180,10 @@ def load_translate_fn():
     else:
         translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
                                                             FLAGS.vocab_path)
-        fn = translator.nbest_function() if nbest else translator.text_function()
+        sampling = sampling_flags.sampling_config()
+        if sampling is not None:
+            description += f", {sampling_flags.describe(sampling)}"
+        fn = translator.nbest_function() if nbest else translator.text_function(sampling)
         source = FLAGS.model_dir
     batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
     return (lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress),
@@ -211,34 +231,6 @@ class LineReader:
         parts = (self.partial + data).split(b"\n")
         self.partial = parts.pop()
         self.lines += parts
-
-
-class Output:
-    """stdout, written and flushed as each chunk is translated; or --output, written whole at the
-    end (no half-written file is ever left)."""
-
-    def __init__(self):
-        self.collected = [] if FLAGS.output is not None else None
-
-    def write(self, lines):
-        data = "".join(line + "\n" for line in lines).encode("utf-8")
-        if self.collected is not None:
-            self.collected.append(data)
-            return
-        try:
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-        except BrokenPipeError:
-            # The reader (e.g. `head`) took all it wanted: stop quietly, as other filters do; stdout
-            # goes to /dev/null so that the interpreter's last flush cannot fail again.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise SystemExit(128 + signal.SIGPIPE) from None
-
-    def close(self):
-        if self.collected is not None:
-            from keras_transformer import writing
-
-            writing.write_file(FLAGS.output, b"".join(self.collected))
 
 
 def clean(text):
@@ -353,15 +345,12 @@ def main(argv):
     thread_flags.apply()
     translate, source, description = load_translate_fn()
     print(f"translate: {description}", file=sys.stderr, flush=True)
-    output = Output()
+    output = console.Output(FLAGS.output)
     count, truncated = (run_interactive if interactive() else run_stream)(translate, output)
     output.close()
     if truncated:
-        shown = ", ".join(map(str, truncated[:MAX_TRUNCATION_NOTES]))
-        more = f" and {len(truncated) - MAX_TRUNCATION_NOTES} more" if len(
-            truncated) > MAX_TRUNCATION_NOTES else ""
         print(f"translate: {len(truncated)} input line(s) longer than the model's maximum length were "
-              f"cut to it before translating: line(s) {shown}{more}.", file=sys.stderr)
+              f"cut to it before translating: line(s) {console.listed(truncated)}.", file=sys.stderr)
     print(f"translate: {count} line(s) translated with {source}"
           + (f" into {FLAGS.output}" if FLAGS.output else "") + ".", file=sys.stderr)
 

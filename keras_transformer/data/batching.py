@@ -9,8 +9,8 @@ and every batch is padded to exactly L on both sides, so the batch holds at most
 By default boundaries are put on a grid of multiples of 8 (``multiple=8``): this merges the
 small buckets below ~100 tokens, where x1.1 adds one bucket per token, so max_length 256
 gives 21 shapes instead of tensor2tensor's 42, at the price of up to 7 padding tokens per
-sentence there (on the short Ding sentences, ~13 tokens, 26% padding instead of 8%;
-``multiple=1`` is tensor2tensor's exact grid). Batch sizes are rounded down to multiples of
+sentence there, a large share of short sentences (docs/data.md measures it; ``multiple=1`` is
+tensor2tensor's exact grid). Batch sizes are rounded down to multiples of
 8. Examples longer than ``max_length`` on either side are dropped (and counted by
 :func:`length_statistics`).
 

@@ -60,16 +60,22 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
             yield number, text
 
 
+def split_tsv_line(line, where: str):
+    """A TSV line (str, or bytes as read) -> ``[source, target]``; a ValueError starting with
+    ``where`` (``file:line``) unless it holds exactly one tab."""
+    fields = line.split(b"\t" if isinstance(line, bytes) else "\t")
+    if len(fields) != 2:
+        what = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
+        raise ValueError(
+            f"{where}: {what}; each line must be source<TAB>target with exactly one tab"
+        )
+    return fields
+
+
 def _check_tsv(path: str) -> int:
     count = 0
     for number, text in _lines(path):
-        fields = text.split("\t")
-        if len(fields) != 2:
-            what = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
-            raise ValueError(
-                f"{path}:{number}: {what}; each line must be source<TAB>target with exactly "
-                "one tab"
-            )
+        fields = split_tsv_line(text, f"{path}:{number}")
         for side, field in zip(("source", "target"), fields):
             if not field.strip():
                 raise ValueError(f"{path}:{number}: empty {side} sentence")

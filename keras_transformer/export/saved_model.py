@@ -19,10 +19,17 @@ Signatures (none needs XLA; TF Serving's CPU XLA is off by default):
 - ``translate_nbest`` (text export only): ``inputs`` tf.string [batch] -> the whole n-best list,
   ``translations`` tf.string and ``scores`` float32 [batch, beam] best first, ``truncated`` bool
   [batch] (``Translator.translate_text_nbest``).
+- ``score`` (text export only): ``sources`` and ``targets`` tf.string [batch] -> the targets'
+  ``log_prob`` float32, ``tokens`` int32, ``nll_per_token`` float32 and ``truncated`` bool, each
+  [batch], by forced decoding (``Translator.score_text``).
+- ``score_ids``: ``source_ids`` and ``target_ids`` int32 [batch, length] (each row subwords then EOS)
+  -> ``log_prob``, ``tokens``, ``nll_per_token`` [batch]: core TensorFlow ops only; what follows a
+  row's first EOS is padding, as for ``translate_ids``.
 
 A server loads every op of a SavedModel, used or not, so a server without the tf-text ops cannot load
-the first one at all. ``export_for_serving`` therefore writes two: ``<name>`` with all three signatures
-and ``<name>_ids`` with only ``translate_ids`` (also its ``serving_default``), free of custom ops.
+the first one at all. ``export_for_serving`` therefore writes two: ``<name>`` with all five signatures
+and ``<name>_ids`` with only ``translate_ids`` (also its ``serving_default``) and ``score_ids``, free of
+custom ops.
 
 Why ExportArchive rather than ``tf.saved_model.save`` of a ``tf.Module`` holding the model: the latter
 reloads with ``tf.saved_model.load`` but not in the session-based loader TF Serving uses ("Could not find
@@ -36,13 +43,14 @@ import tensorflow as tf
 
 from keras_transformer.export.common import (check_finite, export_settings, next_version,
                                              staged_export, write_run_files)
-from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, TEXT_INPUT_SPEC,
-                                         TEXT_SIGNATURE)
+from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, SCORE_IDS_INPUT_SPECS,
+                                         SCORE_IDS_SIGNATURE, SCORE_INPUT_SPECS, SCORE_SIGNATURE,
+                                         TEXT_INPUT_SPEC, TEXT_SIGNATURE)
 
 
 def export_for_serving(translator, export_dir, name, version=None):
-    """Writes ``export_dir/<name>/<version>`` (the text, n-best and ids signatures) and
-    ``export_dir/<name>_ids/<version>`` (ids only) with one version number, by default the next free
+    """Writes ``export_dir/<name>/<version>`` (the text, n-best, score and ids signatures) and
+    ``export_dir/<name>_ids/<version>`` (the ids signatures only) with one version number, by default the next free
     one; returns both paths. The two appear together or not at all."""
     bases = [os.path.join(export_dir, name), os.path.join(export_dir, f"{name}_ids")]
     version = max(next_version(base) for base in bases) if version is None else int(version)
@@ -57,7 +65,8 @@ def export_for_serving(translator, export_dir, name, version=None):
 def export_saved_model(translator, model_base_path, version=None, text_signature=True):
     """Writes ``translator`` (an ``inference.Translator``) to ``model_base_path/<version>`` and returns
     that path. ``version`` defaults to the next free number. Without ``text_signature`` only the
-    core-ops ``translate_ids`` signature is written (and also serves as ``serving_default``)."""
+    core-ops signatures are written, ``translate_ids`` (also serving as ``serving_default``) and
+    ``score_ids``."""
     version = next_version(model_base_path) if version is None else int(version)
     target = os.path.join(model_base_path, str(version))
     check_finite(translator.model)
@@ -80,6 +89,10 @@ def _write_saved_model(translator, output, sources, text_signature):
                              input_signature=[TEXT_INPUT_SPEC])
         archive.add_endpoint(NBEST_SIGNATURE, translator.translate_text_nbest,
                              input_signature=[TEXT_INPUT_SPEC])
+        archive.add_endpoint(SCORE_SIGNATURE, translator.score_text,
+                             input_signature=SCORE_INPUT_SPECS)
     archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
                          input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+    archive.add_endpoint(SCORE_IDS_SIGNATURE, translator.score_ids,
+                         input_signature=SCORE_IDS_INPUT_SPECS)
     archive.write_out(output, verbose=False)

@@ -47,23 +47,22 @@ class MultiHeadAttention(keras.layers.Layer):
     The h per-head projections W_i^Q (d_model x d_k) are stored side by side as one
     [d_model, h * d_k] matrix (likewise W^K, W^V), which is the same linear map and one matmul.
 
-    Call modes:
-      - ``layer(query, key_value, attention_mask)``: attention of ``query`` over ``key_value`` (self-attention
-        when ``key_value`` is None).
-      - ``layer(query, attention_mask=..., cache=cache)`` with a cache from ``compute_cache(memory)``:
-        encoder-decoder attention over keys/values projected once per sentence. The query may hold
-        a multiple of the cache's rows (the beams of a beam search, those of one sentence adjacent):
-        each group of rows attends to its sentence's keys, which are thus never copied per beam.
-      - ``layer(query, attention_mask=..., cache=cache, cache_index=i)``: incremental
-        self-attention of one step. With ``initial_cache(batch, max_length)`` (fixed-size buffers)
-        the step's key/value are written at position ``i`` with a select (one shape for every
-        step, as XLA needs); with ``initial_cache(batch)`` (``grow_cache=True``) they are appended,
-        so each step touches only the steps so far (the fastest without XLA). The updated cache is
-        returned.
-    With a cache the call returns ``(outputs, cache)``; ``return_attention_weights=True`` appends the
-    weights [batch, heads, query_length, key_length]. In the cached modes the query may also be
-    [batch, d_model] (one step per row, the output likewise): plain matrix products, fewer ops
-    per decoding step.
+    One method per way of attending, each with one return:
+
+    - ``layer(query, key_value, attention_mask)`` (``call``): attention of ``query`` over
+      ``key_value`` (self-attention when it is None), as in training.
+    - ``self_attention_step(query, cache, index, grow_cache=...)``: one step of incremental
+      self-attention in decoding, over the keys/values of the steps so far.
+    - ``memory_attention(query, memory_cache, attention_mask)``: one decoding step's attention
+      over the encoder output's keys/values, projected once per sentence (``compute_cache``).
+
+    Args:
+      num_heads: h, the number of heads.
+      d_model: the model's width, the size of the inputs and of the output.
+      d_k: the size of each head's queries and keys (default ``d_model / num_heads``).
+      d_v: the size of each head's values (default ``d_model / num_heads``).
+      attention_dropout: dropout rate on the attention weights (the paper's models: 0).
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
     """
 
     def __init__(self, num_heads, d_model, d_k=None, d_v=None, attention_dropout=0.0, **kwargs):
@@ -94,20 +93,12 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def _split_heads(self, x, depth):
-        """[batch, length, heads * depth] -> [batch, heads, length, depth]; [batch, heads * depth]
-        (one step) -> [batch, heads, 1, depth], a reshape only."""
+        """[batch, length, heads * depth] -> [batch, heads, length, depth]; [rows, heads * depth]
+        (one decoding step) -> [rows, heads, 1, depth], a reshape only."""
         if len(x.shape) == 2:
             return ops.reshape(x, (-1, self.num_heads, 1, depth))
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, depth)), (0, 2, 1, 3))
-
-    def _merge_heads(self, x, query_rank):
-        """The inverse of ``_split_heads`` for the values: [batch, heads, length, d_v] -> [batch,
-        length, heads * d_v], or [batch, heads * d_v] for a 2-D query."""
-        if query_rank == 2:
-            return ops.reshape(x, (-1, self.num_heads * self.d_v))
-        batch, length = ops.shape(x)[0], ops.shape(x)[2]
-        return ops.reshape(ops.transpose(x, (0, 2, 1, 3)), (batch, length, self.num_heads * self.d_v))
 
     def _project_key_value(self, key_value):
         return {
@@ -115,12 +106,34 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": self._split_heads(self.value_projection(key_value), self.d_v),
         }
 
+    def _attend(self, q, key, value, attention_mask, training):
+        return scaled_dot_product_attention(
+            q, key, value, attention_mask,
+            weights_dropout=lambda w: self.weights_dropout(w, training=training))
+
+    def call(self, query, key_value=None, attention_mask=None, training=None,
+             return_attention_weights=False):
+        """query [batch, query_length, d_model], key_value [batch, key_length, d_model] (None:
+        ``query``, self-attention), attention_mask bool broadcastable to [batch, heads,
+        query_length, key_length] -> outputs [batch, query_length, d_model]; with
+        ``return_attention_weights`` also the weights [batch, heads, query_length, key_length]
+        (as Keras's ``return_attention_scores``)."""
+        q = self._split_heads(self.query_projection(query), self.d_k)
+        kv = self._project_key_value(query if key_value is None else key_value)
+        outputs, weights = self._attend(q, kv["key"], kv["value"], attention_mask, training)
+        batch, length = ops.shape(outputs)[0], ops.shape(outputs)[2]
+        outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)),
+                              (batch, length, self.num_heads * self.d_v))
+        outputs = self.output_projection(outputs)
+        return (outputs, weights) if return_attention_weights else outputs
+
     def compute_cache(self, memory):
-        """Keys and values of the encoder output, computed once per sentence for decoding."""
+        """Keys and values of the encoder output [batch, length, d_model], computed once per
+        sentence for ``memory_attention``: ``{"key": [batch, heads, length, d_k], "value": ...}``."""
         return self._project_key_value(memory)
 
     def initial_cache(self, batch_size, max_length=None):
-        """Key/value cache [batch, heads, length, d_k|d_v] for incremental self-attention: zero
+        """Key/value cache [batch, heads, length, d_k|d_v] for ``self_attention_step``: zero
         buffers of ``max_length`` steps, or (``max_length=None``) empty ones to grow."""
         dtype = self.compute_dtype
         length = 0 if max_length is None else max_length
@@ -129,69 +142,48 @@ class MultiHeadAttention(keras.layers.Layer):
             "value": ops.zeros((batch_size, self.num_heads, length, self.d_v), dtype=dtype),
         }
 
-    def call(self, query, key_value=None, attention_mask=None, cache=None, cache_index=None, training=None,
-             return_attention_weights=False, grow_cache=False):
-        if cache is not None and cache_index is None and len(query.shape) == 2:
-            return self._attend_to_memory_cache(query, cache, attention_mask, training,
-                                                return_attention_weights)
-        q = self._split_heads(self.query_projection(query), self.d_k)
-        groups = None
-        if cache is None:
-            kv = self._project_key_value(query if key_value is None else key_value)
-        elif cache_index is None:
-            # Rows per sentence: 1, or the beam size when the query holds every beam. The query gets
-            # a group axis and the keys/values a size-1 one, which the matrix products broadcast:
-            # no copies of a sentence's keys per beam, and no transposes.
-            groups = ops.shape(q)[0] // ops.shape(cache["key"])[0]
-            q = ops.reshape(q, (-1, groups, self.num_heads, ops.shape(q)[2], self.d_k))
-            kv = {name: ops.expand_dims(value, 1) for name, value in cache.items()}
-            if attention_mask is not None:
-                attention_mask = ops.expand_dims(attention_mask, 1)
-        else:
-            step = self._project_key_value(query)
-            if grow_cache:
-                kv = {name: ops.concatenate([cache[name], ops.cast(step[name], cache[name].dtype)], axis=2)
-                      for name in ("key", "value")}
-            else:
-                # A select rather than a dynamic-update-slice: the latter is an XLA op, and an
-                # exported model must run on servers without XLA.
-                max_length = ops.shape(cache["key"])[2]
-                written = ops.reshape(ops.equal(ops.arange(max_length), cache_index), (1, 1, max_length, 1))
-                kv = {name: ops.where(written, ops.cast(step[name], cache[name].dtype), cache[name])
-                      for name in ("key", "value")}
-        outputs, weights = scaled_dot_product_attention(
-            q, kv["key"], kv["value"], attention_mask,
-            weights_dropout=lambda w: self.weights_dropout(w, training=training),
-        )
-        if groups is not None:  # [sentences, groups, heads, length, depth] -> rows
-            outputs = ops.reshape(outputs, (-1, self.num_heads, ops.shape(outputs)[3], self.d_v))
-            weights = ops.reshape(weights, (-1, self.num_heads, ops.shape(weights)[3],
-                                            ops.shape(weights)[4]))
-        result = (self.output_projection(self._merge_heads(outputs, len(query.shape))),)
-        if cache is not None:
-            result += (kv,)
-        if return_attention_weights:
-            result += (weights,)
-        return result[0] if len(result) == 1 else result
+    def self_attention_step(self, query, cache, index, attention_mask=None, *, grow_cache,
+                            training=None):
+        """One step of incremental self-attention: query [rows, d_model] at position ``index``,
+        ``cache`` from ``initial_cache`` -> ``(outputs [rows, d_model], updated cache)``.
 
-    def _attend_to_memory_cache(self, query, cache, attention_mask, training, return_attention_weights):
-        """One decoding step over keys/values computed once per sentence: query [rows, d_model],
-        the rows of one sentence (its beams) adjacent; ``attention_mask`` [sentences, 1, 1,
-        memory_length]. A sentence's rows become the query rows of one [groups, d_k] x [d_k,
-        memory_length] product per head: fewer and larger matrix products than one row each
-        against broadcast keys."""
-        sentences = ops.shape(cache["key"])[0]
+        ``grow_cache=True`` (an empty ``initial_cache(rows)``): the step's key/value are appended,
+        so each step reads only the steps so far (the fastest without XLA); no mask is needed.
+        ``grow_cache=False`` (``initial_cache(rows, max_length)``): they are written at
+        ``index`` of the fixed buffers, one shape for every step as XLA needs;
+        ``attention_mask`` (``masks.cache_step_mask``) hides the slots after ``index``.
+        """
+        q = self._split_heads(self.query_projection(query), self.d_k)
+        step = self._project_key_value(query)
+        if grow_cache:
+            kv = {name: ops.concatenate([cache[name], ops.cast(step[name], cache[name].dtype)], axis=2)
+                  for name in ("key", "value")}
+        else:
+            # A select rather than a dynamic-update-slice: the latter is an XLA op, and an
+            # exported model must run on servers without XLA.
+            max_length = ops.shape(cache["key"])[2]
+            written = ops.reshape(ops.equal(ops.arange(max_length), index), (1, 1, max_length, 1))
+            kv = {name: ops.where(written, ops.cast(step[name], cache[name].dtype), cache[name])
+                  for name in ("key", "value")}
+        outputs, _ = self._attend(q, kv["key"], kv["value"], attention_mask, training)
+        outputs = ops.reshape(outputs, (-1, self.num_heads * self.d_v))
+        return self.output_projection(outputs), kv
+
+    def memory_attention(self, query, memory_cache, attention_mask, training=None):
+        """One decoding step over the encoder output's keys/values (``compute_cache``): query
+        [rows, d_model], where a sentence's rows (its beams in a beam search) are adjacent and
+        ``memory_cache`` holds one row per sentence; ``attention_mask`` [sentences, 1, 1,
+        memory_length]. Returns outputs [rows, d_model].
+
+        A sentence's rows become the query rows of one [beams, d_k] x [d_k, memory_length]
+        product per head, so its keys are never copied per beam."""
+        sentences = ops.shape(memory_cache["key"])[0]
         q = ops.reshape(self.query_projection(query), (sentences, -1, self.num_heads, self.d_k))
-        q = ops.transpose(q, (0, 2, 1, 3))  # [sentences, heads, groups, d_k]
-        outputs, weights = scaled_dot_product_attention(
-            q, cache["key"], cache["value"], attention_mask,
-            weights_dropout=lambda w: self.weights_dropout(w, training=training))
+        q = ops.transpose(q, (0, 2, 1, 3))  # [sentences, heads, beams, d_k]
+        outputs, _ = self._attend(q, memory_cache["key"], memory_cache["value"], attention_mask,
+                                  training)
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), (-1, self.num_heads * self.d_v))
-        result = (self.output_projection(outputs), cache)
-        if return_attention_weights:  # [sentences, heads, groups, length] -> [rows, heads, 1, length]
-            weights = ops.transpose(weights, (0, 2, 1, 3))
-            result += (ops.reshape(weights, (-1, self.num_heads, 1, ops.shape(weights)[3])),)
-        return result
+        return self.output_projection(outputs)
 
     def get_config(self):
         return {

@@ -10,7 +10,11 @@ from keras_transformer.layers.sublayers import TransformerLayer, TransformerStac
 class DecoderLayer(TransformerLayer):
     """Masked multi-head self-attention, multi-head attention over the encoder output, then the
     position-wise feed-forward network, each inside a residual sub-layer connection (section 3.1,
-    Figure 1 right)."""
+    Figure 1 right).
+
+    Args: those of ``TransformerLayer``: d_model, num_heads, d_ff, d_k, d_v, dropout_rate,
+      attention_dropout, relu_dropout, norm_first, layer_norm_epsilon, and Layer arguments.
+    """
 
     sublayer_names = ("self_attention", "cross_attention", "feed_forward")
 
@@ -29,47 +33,50 @@ class DecoderLayer(TransformerLayer):
     def build(self, x_shape, memory_shape=None):
         self._build_sublayers(x_shape, memory_shape or x_shape)
 
-    def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             memory_cache=None, cache_index=None, training=None, return_attention_weights=False,
-             grow_cache=False):
+    def call(self, x, memory, self_attention_mask=None, memory_mask=None, training=None,
+             return_attention_weights=False):
         """Teacher forcing: x [batch, target_length, d_model], memory [batch, source_length, d_model],
         self_attention_mask [batch, 1, target_length, target_length] (look-ahead and padding),
-        memory_mask [batch, 1, 1, source_length].
+        memory_mask [batch, 1, 1, source_length] -> x; with ``return_attention_weights`` (x,
+        {"self": [batch, heads, T, T], "cross": [batch, heads, T, S]})."""
+        weights = {}
+        for name, key_value, mask in (("self_attention", None, self_attention_mask),
+                                      ("cross_attention", memory, memory_mask)):
+            result = self._connect(name, x, lambda h: getattr(self, name)(
+                h, key_value, attention_mask=mask, training=training,
+                return_attention_weights=return_attention_weights), training)
+            x, weights[name.split("_")[0]] = result if return_attention_weights else (result, None)
+        x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training),
+                          training)
+        return (x, weights) if return_attention_weights else x
 
-        Incremental decoding: x [rows, 1, d_model] or [rows, d_model] at position ``cache_index``;
-        ``cache``: the self-attention keys/values (``self_attention.initial_cache``), one row per
-        row of x; ``memory_cache``: the encoder output's keys/values
-        (``cross_attention.compute_cache``), which may hold one row per sentence for several
-        adjacent rows of x (see ``MultiHeadAttention``); self_attention_mask from
-        ``masks.cache_step_mask`` for fixed-size buffers or None with ``grow_cache``. Returns
-        (x, the updated ``cache``).
-
-        ``return_attention_weights`` (teacher forcing only): (x, {"self": [batch, heads, T, T],
-        "cross": [batch, heads, T, S]}).
-        """
-        if cache is None:
-            weights = {}
-            for name, key_value, mask in (("self_attention", None, self_attention_mask),
-                                          ("cross_attention", memory, memory_mask)):
-                result = self._connect(name, x, lambda h: getattr(self, name)(
-                    h, key_value, attention_mask=mask, training=training,
-                    return_attention_weights=return_attention_weights), training)
-                x, weights[name.split("_")[0]] = result if return_attention_weights else (result, None)
-            x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training),
-                              training)
-            return (x, weights) if return_attention_weights else x
-        x, cache = self._connect("self_attention", x, lambda h: self.self_attention(
-            h, attention_mask=self_attention_mask, cache=cache, cache_index=cache_index,
-            training=training, grow_cache=grow_cache), training)
-        x, _ = self._connect("cross_attention", x, lambda h: self.cross_attention(
-            h, attention_mask=memory_mask, cache=memory_cache, training=training), training)
+    def step(self, x, cache, index, memory_cache, memory_mask, self_attention_mask=None, *,
+             grow_cache, training=None):
+        """One decoding step: x [rows, d_model] at position ``index``; ``cache``: the
+        self-attention keys/values (``self_attention.initial_cache``), one row per row of x;
+        ``memory_cache``: the encoder output's keys/values (``cross_attention.compute_cache``),
+        one row per sentence for its adjacent rows of x; ``self_attention_mask`` and
+        ``grow_cache``: see ``MultiHeadAttention.self_attention_step``. Returns (x, the updated
+        ``cache``)."""
+        x, cache = self._connect("self_attention", x, lambda h: self.self_attention.self_attention_step(
+            h, cache, index, self_attention_mask, grow_cache=grow_cache, training=training), training)
+        x = self._connect("cross_attention", x, lambda h: self.cross_attention.memory_attention(
+            h, memory_cache, memory_mask, training=training), training)
         x = self._connect("feed_forward", x, lambda h: self.feed_forward(h, training=training), training)
         return x, cache
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Decoder(TransformerStack):
-    """The decoder: N ``DecoderLayer``s, with a per-layer cache for incremental decoding."""
+    """The decoder: N ``DecoderLayer``s, with a per-layer cache for incremental decoding.
+
+    Args:
+      num_layers: N (6 in the paper).
+      layer_config: the keyword arguments of each layer (``TransformerLayer``'s).
+      layerdrop: the probability of skipping each layer in training (LayerDrop, Fan et al. 2020).
+      seed: the seed of LayerDrop's draws.
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+    """
 
     layer_class = DecoderLayer
 
@@ -102,30 +109,33 @@ class Decoder(TransformerStack):
         return {f"layer_{i}": layer.cross_attention.compute_cache(memory)
                 for i, layer in enumerate(self.layers)}
 
-    def call(self, x, memory=None, self_attention_mask=None, memory_mask=None, cache=None,
-             memory_cache=None, cache_index=None, training=None, return_attention_weights=False,
-             grow_cache=False):
-        """(x) or (x, cache) with a cache, or (x, [weights of each layer]) with
-        ``return_attention_weights`` (see ``DecoderLayer``; the caches here are those of
-        ``initial_cache`` and ``memory_cache``)."""
-        new_cache, weights = {}, []
-        for i, layer in enumerate(self.layers):
-            if cache is None:
-                output = layer(x, memory, self_attention_mask, memory_mask, training=training,
-                               return_attention_weights=return_attention_weights)
-                if return_attention_weights:
-                    output, layer_weights = output
-                    weights.append(layer_weights)
-                x = self._layer_drop(x, output, training)
-            else:
-                name = f"layer_{i}"
-                x, new_cache[name] = layer(x, None, self_attention_mask, memory_mask, cache=cache[name],
-                                           memory_cache=memory_cache[name], cache_index=cache_index,
-                                           training=training, grow_cache=grow_cache)
+    def call(self, x, memory, self_attention_mask=None, memory_mask=None, training=None,
+             return_attention_weights=False):
+        """Teacher forcing (see ``DecoderLayer.call``): x, or (x, [weights of each layer]) with
+        ``return_attention_weights``."""
+        weights = []
+        for layer in self.layers:
+            output = layer(x, memory, self_attention_mask, memory_mask, training=training,
+                           return_attention_weights=return_attention_weights)
+            if return_attention_weights:
+                output, layer_weights = output
+                weights.append(layer_weights)
+            x = self._layer_drop(x, output, training)
         x = self._final(x)
-        if return_attention_weights:
-            return x, weights
-        return x if cache is None else (x, new_cache)
+        return (x, weights) if return_attention_weights else x
+
+    def step(self, x, cache, index, memory_cache, memory_mask, self_attention_mask=None, *,
+             grow_cache, training=None):
+        """One decoding step through every layer (see ``DecoderLayer.step``; the caches here are
+        those of ``initial_cache`` and ``memory_cache``) -> (x, the updated cache). No layer is
+        ever dropped here: LayerDrop is for training."""
+        new_cache = {}
+        for i, layer in enumerate(self.layers):
+            name = f"layer_{i}"
+            x, new_cache[name] = layer.step(x, cache[name], index, memory_cache[name], memory_mask,
+                                            self_attention_mask, grow_cache=grow_cache,
+                                            training=training)
+        return self._final(x), new_cache
 
     def get_config(self):
         return {**super().get_config(), "layerdrop": self.layerdrop, "seed": self.seed}

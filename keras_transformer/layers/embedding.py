@@ -25,7 +25,13 @@ def positional_encoding(length, d_model, start=0):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LearnedPositionalEmbedding(keras.layers.Layer):
-    """Learned position embeddings [max_length, d_model], the alternative of Table 3 row (E)."""
+    """Learned position embeddings [max_length, d_model], the alternative of Table 3 row (E).
+
+    Args:
+      max_length: the number of positions (a longer input is an error, not extrapolated).
+      d_model: the embedding size.
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+    """
 
     def __init__(self, max_length, d_model, **kwargs):
         super().__init__(**kwargs)
@@ -58,6 +64,11 @@ class SharedEmbedding(keras.layers.Layer):
     pre-softmax linear transformation with the same (transposed) matrix, returning float32 logits.
     The weights are initialised with stddev d_model^-0.5 so that the scaled embeddings have unit
     variance, the scale of the positional encodings they are added to.
+
+    Args:
+      vocab_size: the number of token ids.
+      d_model: the embedding size.
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
     """
 
     def __init__(self, vocab_size, d_model, **kwargs):

@@ -8,7 +8,11 @@ from keras_transformer.layers.sublayers import TransformerLayer, TransformerStac
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class EncoderLayer(TransformerLayer):
     """Multi-head self-attention, then the position-wise feed-forward network, each inside a
-    residual sub-layer connection (section 3.1, Figure 1 left)."""
+    residual sub-layer connection (section 3.1, Figure 1 left).
+
+    Args: those of ``TransformerLayer``: d_model, num_heads, d_ff, d_k, d_v, dropout_rate,
+      attention_dropout, relu_dropout, norm_first, layer_norm_epsilon, and Layer arguments.
+    """
 
     sublayer_names = ("self_attention", "feed_forward")
 
@@ -37,7 +41,13 @@ class EncoderLayer(TransformerLayer):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Encoder(TransformerStack):
-    """The encoder: N ``EncoderLayer``s."""
+    """The encoder: N ``EncoderLayer``s.
+
+    Args:
+      num_layers: N (6 in the paper).
+      layer_config: the keyword arguments of each layer (``TransformerLayer``'s).
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+    """
 
     layer_class = EncoderLayer
 

@@ -11,6 +11,12 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     ``relu_dropout`` (dropout on the d_ff-wide hidden activations) is not in the paper; it is off
     by default and offered because tensor2tensor and later recipes use it.
+
+    Args:
+      d_model: the size of the input and output.
+      d_ff: the inner layer's size (2048 in the base model).
+      relu_dropout: dropout after the ReLU (the paper's models: 0).
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
     """
 
     def __init__(self, d_model, d_ff, relu_dropout=0.0, **kwargs):

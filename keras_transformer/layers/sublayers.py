@@ -27,7 +27,20 @@ def sublayer_connection(x, sublayer, layer_norm, dropout, norm_first, training=N
 class TransformerLayer(keras.layers.Layer):
     """What encoder and decoder layers share: hyper-parameters, config, and the parts of a residual
     sub-layer connection. A subclass names its sub-layers in ``sublayer_names`` and creates, for
-    each name, the sub-layer, ``<name>_norm`` and ``<name>_dropout`` with the factories below."""
+    each name, the sub-layer, ``<name>_norm`` and ``<name>_dropout`` with the factories below.
+
+    Args:
+      d_model: the model's width (512 base).
+      num_heads: h, attention heads (8 base).
+      d_ff: the feed-forward network's inner size (2048 base).
+      d_k, d_v: each head's key and value sizes (default d_model / h).
+      dropout_rate: P_drop, residual dropout (section 5.4).
+      attention_dropout, relu_dropout: dropout on attention weights and after the ReLU (0 in the
+        paper's models).
+      norm_first: pre-LN instead of the paper's post-LN.
+      layer_norm_epsilon: the LayerNormalization epsilon.
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+    """
 
     sublayer_names = ()
 
@@ -78,7 +91,13 @@ class TransformerLayer(keras.layers.Layer):
 
 
 class TransformerStack(keras.layers.Layer):
-    """N identical layers (N = 6 in the paper); with pre-LN, a final LayerNorm after the last."""
+    """N identical layers (N = 6 in the paper); with pre-LN, a final LayerNorm after the last.
+
+    Args:
+      num_layers: N (6 in the paper).
+      layer_config: the keyword arguments of each layer (``TransformerLayer``'s).
+      **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
+    """
 
     layer_class = None
 

@@ -8,15 +8,15 @@ _MODULES = {
     "callbacks": ("Callback", "ProgressLine", "TensorBoard"),
     "early_stopping": ("EarlyStopping",),
     "ema": ("moving_average_weights", "moving_averages"),
-    "checkpoints": ("Checkpointer", "average_checkpoints", "checkpoint_paths", "model_checkpoint",
-                    "restore_model", "write_averaged_checkpoint"),
+    "checkpoints": ("Checkpointer", "average_checkpoints", "average_run", "checkpoint_paths",
+                    "last_checkpoints", "write_averaged_checkpoint"),
     "loss": ("LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy", "loss_accuracy_and_nll",
              "loss_and_accuracy", "token_accuracy_counts"),
     "schedule": ("TransformerSchedule", "paper_optimizer"),
     "step": ("TrainStep",),
     "strategy": ("PRECISIONS", "STRATEGIES", "configure_cpu_devices", "is_chief", "make_strategy",
                  "resolve_precision"),
-    "trainer": ("PRECISION_POLICIES", "NonFiniteError", "Trainer", "TrainingConfig", "build_model"),
+    "trainer": ("NonFiniteError", "Trainer", "TrainingConfig"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 

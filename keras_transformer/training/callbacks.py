@@ -8,9 +8,9 @@ averages (``loss``, ``accuracy``, ``learning_rate``, ``grad_norm``, ``step_secon
 ``nll``, ``perplexity``, ``accuracy``; see ``TrainStep.evaluate``), and ``on_end(summary)`` with
 the JSON summary (``ProgressLine`` then says why training stopped). ``callback.trainer`` is the running ``Trainer`` (its ``model``, ``strategy``...).
 Callbacks run in list order and share the ``logs`` dict: a dev-BLEU callback placed before
-``TensorBoard`` can add ``logs["bleu"]`` in ``on_dev`` and it is written with the dev loss. The
-library writes nothing itself: ``ProgressLine`` hands its lines to a ``write`` function the
-program chooses.
+``TensorBoard`` can add ``logs["bleu"]`` (and ``logs["chrf"]``) in ``on_dev`` and they are written
+with the dev loss. The library writes nothing itself: ``ProgressLine`` hands its lines to a
+``write`` function the program chooses.
 """
 
 import datetime
@@ -79,10 +79,11 @@ class ProgressLine(Callback):
     ``wps``) and ``src+tgt`` source and target together; both exclude padding, whose share of the
     batches is ``pad``. After each dev evaluation::
 
-        2026-11-25 13:20:01 step 1200 | dev loss 4.1023 | dev nll 3.5012 | dev ppl 33.15 | dev acc 0.402 | dev BLEU 9.81
+        2026-11-25 13:20:01 step 1200 | dev loss 4.1023 | dev nll 3.5012 | dev ppl 33.15 | dev acc 0.402 | dev BLEU 9.81 | chrF2 38.27
 
     where ``nll`` is the unsmoothed negative log-likelihood per target subword and ``ppl`` its
-    exp, the per-subword perplexity of the paper's Table 3.
+    exp, the per-subword perplexity of the paper's Table 3; BLEU (sacreBLEU) and chrF2 are those of
+    a dev-BLEU callback, when one runs before this one.
     """
 
     def __init__(self, write: Callable[[str], None], total_steps: Optional[int] = None):
@@ -109,10 +110,12 @@ class ProgressLine(Callback):
 
     def on_dev(self, step, logs):
         bleu = f" | dev BLEU {logs['bleu']:.2f}" if "bleu" in logs else ""
+        chrf = f" | chrF2 {logs['chrf']:.2f}" if "chrf" in logs else ""
         exported = f" | best so far, exported to {logs['exported']}" if "exported" in logs else ""
         self.write(timestamped(
             f"step {step} | dev loss {logs['loss']:.4f} | dev nll {logs['nll']:.4f} | "
-            f"dev ppl {logs['perplexity']:.2f} | dev acc {logs['accuracy']:.3f}" + bleu + exported))
+            f"dev ppl {logs['perplexity']:.2f} | dev acc {logs['accuracy']:.3f}"
+            + bleu + chrf + exported))
 
     def on_end(self, summary):
         reason = summary.get("stop_reason")

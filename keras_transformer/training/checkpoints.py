@@ -1,5 +1,7 @@
 """Checkpoints every N steps and every M minutes (section 6.1: "written at 10-minute intervals"),
-resume, and the checkpoint averaging of section 6.1 (last 5 for base, last 20 for big).
+resume, and the checkpoint averaging of section 6.1 (last 5 for base, last 20 for big):
+``average_checkpoints`` into a model, ``average_run`` for a run folder (which checkpoints, where
+the average goes), as the trainer, ``trainers.average_checkpoints`` and the quickstart call it.
 
 Writing is crash-safe by construction of ``tf.train.CheckpointManager``: the variables are written
 to temporary files that are renamed into place, and only then is the ``checkpoint`` index file
@@ -15,8 +17,8 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import signals, writing
-from keras_transformer.runs import model_checkpoint, restore_model
+from keras_transformer import runs, signals, writing
+from keras_transformer.weights import build_model, model_checkpoint, restore_model
 
 
 class Checkpointer:
@@ -157,3 +159,31 @@ def write_averaged_checkpoint(model, paths: Sequence[str], output_prefix: str) -
     ``write_model_checkpoint``); it loads like any checkpoint of a training run."""
     average_checkpoints(model, paths)
     return write_model_checkpoint(model, output_prefix)
+
+
+def last_checkpoints(model_dir: str, count: int) -> list:
+    """The ``count`` newest checkpoints of ``model_dir`` (fewer if it holds fewer), oldest first:
+    the ones section 6.1 averages."""
+    return checkpoint_paths(model_dir)[-count:] if count > 0 else []
+
+
+def average_run(model_dir: str, last: int = 5, checkpoints: Optional[Sequence[str]] = None,
+                output: Optional[str] = None, model=None) -> str:
+    """Averages checkpoints of the training run in ``model_dir`` (section 6.1) and writes the
+    average, model weights only, to ``output`` (default ``model_dir/averaged/ckpt``, the
+    checkpoint named averaged in evaluate, translate and export); returns its prefix.
+
+    ``checkpoints``: the prefixes to average (a ``.index`` suffix is dropped); default the
+    ``last`` newest of ``model_dir`` (``last_checkpoints``), all there are when it holds fewer.
+    ``model``: a built model of the run to average into (the trainer's own); default one built
+    from the run's config.json."""
+    if checkpoints:
+        paths = [path.removesuffix(".index") for path in checkpoints]
+    else:
+        paths = last_checkpoints(model_dir, last)
+        if not paths:
+            raise ValueError(f"No checkpoints in {model_dir!r}.")
+    if model is None:
+        model = build_model(runs.model_config(runs.read_config(model_dir)))
+    return write_averaged_checkpoint(model, paths,
+                                     output or os.path.join(model_dir, runs.AVERAGED_PREFIX))

@@ -1,11 +1,12 @@
 """Dev-set BLEU during training: what section 6.1's choices (beam, alpha) were tuned on.
 
 ``DevBleu`` translates a fixed subset of the dev set at every dev evaluation of the ``Trainer`` and
-puts the sacreBLEU score into the shared logs as ``logs["bleu"]``, so the progress line and the
-``TensorBoard`` callback (placed after it) show and record it with the dev loss, and the first
-``SAMPLES`` translations as ``logs["samples"]`` (source, reference, translation), which
-``TensorBoard`` shows as text. With ``keep_best`` it
-also writes the weights of the best-BLEU evaluation to ``model_dir/best/ckpt`` (+ ``best.json``).
+puts the sacreBLEU score into the shared logs as ``logs["bleu"]`` and sacreBLEU's chrF2 as
+``logs["chrf"]``, so the progress line and the ``TensorBoard`` callback (placed after it) show and
+record them with the dev loss, and the first ``SAMPLES`` translations as ``logs["samples"]``
+(source, reference, translation), which ``TensorBoard`` shows as text. With ``keep_best`` it also
+writes the weights of the best-BLEU evaluation to ``model_dir/best/ckpt`` (+ ``best.json``):
+the best is chosen on BLEU, as early stopping and the best export are; chrF is shown beside it.
 """
 
 import json
@@ -15,7 +16,7 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
-from keras_transformer.evaluation import sacrebleu_score
+from keras_transformer.evaluation import chrf_score, sacrebleu_score
 from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
 from keras_transformer.runs import BEST_PREFIX, BEST_RECORD
 from keras_transformer.training.callbacks import Callback
@@ -64,11 +65,12 @@ class DevBleu(Callback):
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             logging.warning("dev BLEU failed at step %d (training goes on): %s: %s", step,
                             type(error).__name__, first_line)
-            logs["bleu"] = float("nan")
+            logs["bleu"] = logs["chrf"] = float("nan")
             return
         translations = [r["translation"] for r in results]
         bleu = sacrebleu_score(translations, self.references)
         logs["bleu"] = bleu.score
+        logs["chrf"] = chrf_score(translations, self.references).score
         logs["samples"] = list(zip(self.sources, self.references, translations))[:self.SAMPLES]
         if self.keep_best and self.trainer.chief and (self.best is None or bleu.score > self.best):
             self.best = bleu.score

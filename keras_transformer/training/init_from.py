@@ -15,6 +15,7 @@ import re
 from typing import Iterable, Optional
 
 from keras_transformer import runs
+from keras_transformer.weights import build_model, restore_model
 
 # TransformerConfig fields that do not shape the weights or their meaning: free to differ when
 # fine-tuning. max_length shapes them only for learned positions (see differences).
@@ -116,13 +117,12 @@ def restore(model, source: InitSource) -> None:
     (the floating-point variables) are the same list in both, and are copied in order."""
     import tensorflow as tf
 
-    source_model = runs.build_model(source.model_config)
+    source_model = build_model(source.model_config)
     try:
-        runs.restore_model(source_model, source.checkpoint)
-    except (AssertionError, tf.errors.OpError) as error:
-        raise _error(source.given, f"checkpoint {source.checkpoint} does not fit the model of "
-                                   f"{source.run_dir}/{runs.CONFIG_FILE}: "
-                                   f"{str(error).splitlines()[0][:300]}") from None
+        restore_model(source_model, source.checkpoint,
+                      config_path=f"{source.run_dir}/{runs.CONFIG_FILE}")
+    except ValueError as error:
+        raise _error(source.given, str(error)) from None
     weights = [v for v in source_model.variables if tf.as_dtype(v.dtype).is_floating]
     targets = [v for v in model.variables if tf.as_dtype(v.dtype).is_floating]
     shapes = [tuple(v.shape) for v in weights]

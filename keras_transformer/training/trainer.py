@@ -24,10 +24,8 @@ import tensorflow as tf
 
 from keras_transformer import runs, signals, writing
 from keras_transformer.config import TransformerConfig
-from keras_transformer.runs import PRECISION_POLICIES, build_model
 from keras_transformer.training.callbacks import Callback
-from keras_transformer.training.checkpoints import (Checkpointer, checkpoint_paths,
-                                                    write_averaged_checkpoint,
+from keras_transformer.training.checkpoints import (Checkpointer, average_run,
                                                     write_model_checkpoint)
 from keras_transformer.training.early_stopping import METRICS, EarlyStopping
 from keras_transformer.training.ema import moving_average_weights
@@ -37,6 +35,7 @@ from keras_transformer.training.init_from import restore as restore_init_source
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.step import TrainStep
 from keras_transformer.training.strategy import is_chief
+from keras_transformer.weights import PRECISION_POLICIES, build_model, model_checkpoint
 
 RESUME_DATA = ("skip", "restart")
 
@@ -177,7 +176,7 @@ class Trainer:
         # Our own counter: with float16 loss scaling, skipped updates do not advance the
         # optimizer's iterations, but they did consume data.
         self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        self.checkpoint = runs.model_checkpoint(self.model, optimizer=self.optimizer,
+        self.checkpoint = model_checkpoint(self.model, optimizer=self.optimizer,
                                            step=self.step_counter)
         resolver = getattr(self.strategy, "cluster_resolver", None)
         self.checkpointer = Checkpointer(
@@ -483,9 +482,7 @@ class Trainer:
     def average_last(self, count: int) -> str:
         """Averages the last ``count`` checkpoints of ``model_dir`` into ``model_dir/averaged/ckpt``
         (section 6.1). The in-memory model then holds the averaged weights."""
-        paths = checkpoint_paths(self.config.model_dir)[-count:]
-        return write_averaged_checkpoint(
-            self.model, paths, os.path.join(self.config.model_dir, runs.AVERAGED_PREFIX))
+        return average_run(self.config.model_dir, count, model=self.model)
 
 
 class _Interval:

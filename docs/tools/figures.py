@@ -1,15 +1,15 @@
 r"""Every picture under docs/images/, drawn again from the run folders and the benchmark JSON, so
 that none goes stale:
 
-    python -m benchmarks.figures                                    # all of them
-    python -m benchmarks.figures --model_dirs=runs/quickstart,runs/long \
+    python -m docs.tools.figures                                    # all of them
+    python -m docs.tools.figures --model_dirs=runs/quickstart,runs/long \
         --labels="20 min (main command),60 min (long command)"
-    python -m benchmarks.figures --figures=decode_time,training_throughput
+    python -m docs.tools.figures --figures=decode_time,training_throughput
 
 Pictures (in --output_dir, default docs/images):
 
 * ``learning_curve.png``: train and dev loss, and dev BLEU beside the floors, against minutes of
-  training, of the runs of --model_dirs (``benchmarks.learning_curve`` reads them). When a run
+  training, of the runs of --model_dirs (``docs.tools.learning_curve`` reads them). When a run
   folder is not on this machine, the points of ``learning_curve.json`` (written the last time the
   runs were read) are plotted again; the output line says which.
 * ``figure1_annotated.png`` and ``figure2_annotated.png``: the paper's Figures 1 and 2 with
@@ -100,7 +100,7 @@ def _pyplot():
 
 
 def _save(figure, path, dpi):
-    from benchmarks.learning_curve import save_figure
+    from docs.tools.learning_curve import save_figure
 
     save_figure(figure, path, dpi)
 
@@ -118,7 +118,7 @@ def _machine_text(machine):
 # --- 1. learning curves ----------------------------------------------------------------------------
 
 def learning_curve_figure(options):
-    from benchmarks import learning_curve
+    from docs.tools import learning_curve
 
     png, points = (os.path.join(options["output_dir"], name) for name in FIGURES["learning_curve"])
     try:
@@ -214,15 +214,20 @@ FIGURE1_FILES = (
 
 def draw_figure1(ax):
     """The paper's Figure 1 (the Transformer) on ``ax``, each box also named as in this code."""
-    from matplotlib.patches import FancyBboxPatch
-
     ax.set_xlim(0, 14.6)
     ax.set_ylim(-1.0, 19.4)
     ax.set_aspect("equal")
     ax.axis("off")
     width, height, gap = 3.5, 0.95, 0.35
     enc, dec = 4.4, 10.3
-    # Inputs, embeddings, positional encodings.
+    _figure1_embeddings(ax, enc, dec, width, height)
+    encoder, decoder, tops = _figure1_layers(ax, enc, dec, width, height, gap)
+    _figure1_top(ax, enc, dec, encoder, decoder, tops, width, height)
+    _figure1_notes(ax)
+
+
+def _figure1_embeddings(ax, enc, dec, width, height):
+    """Inputs, embeddings, positional encodings."""
     for cx, words, title, side in ((enc, "Inputs\n(source_ids)", "Input Embedding", -1),
                                    (dec, "Outputs (shifted right)\n(target_input_ids)",
                                     "Output Embedding", 1)):
@@ -238,7 +243,13 @@ def draw_figure1(ax):
         ax.text(icon + side * 0.45, 3.1, "Positional\nEncoding", ha=align, va="bottom", fontsize=8)
         ax.text(icon + side * 0.45, 3.05, "positional_encoding()", ha=align, va="top", fontsize=6.5,
                 family="monospace", color=CODE_COLOUR)
-    # The layers: sub-layers in a grey block, N times.
+
+
+def _figure1_layers(ax, enc, dec, width, height, gap):
+    """The layers: sub-layers in a grey block, N times; (encoder centres, decoder centres, the
+    top of each block)."""
+    from matplotlib.patches import FancyBboxPatch
+
     bottom = 3.8
     encoder = _stack(ax, enc, bottom, [
         ("Multi-Head Attention", "MultiHeadAttention", "attention"),
@@ -280,7 +291,12 @@ def draw_figure1(ax):
         for norm in range(3, len(centres), 2):  # the later residuals, from the previous Add & Norm
             _residual(ax, (cx + side * (0.9 if name == "DecoderLayer" and norm == 3 else 0),
                            centres[norm - 2] + height / 2 + 0.12), residual_x, centres[norm], edge)
-    # The decoder's second attention: queries from below, keys and values from the encoder.
+    return encoder, decoder, tops
+
+
+def _figure1_top(ax, enc, dec, encoder, decoder, tops, width, height):
+    """The decoder's second attention (queries from below, keys and values from the encoder),
+    then Linear and Softmax."""
     cross = decoder[2] - height / 2
     _arrow(ax, (dec + 0.9, decoder[1] + height / 2), (dec + 0.9, cross))
     memory_y, route_x = cross - 0.38, 7.35
@@ -301,7 +317,10 @@ def draw_figure1(ax):
     _arrow(ax, (dec, softmax + height / 2), (dec, softmax + height / 2 + 0.45))
     ax.text(dec, softmax + height / 2 + 0.55, "Output Probabilities", ha="center", va="bottom",
             fontsize=8.5)
-    # Title, where each name lives, and what differs from the drawing.
+
+
+def _figure1_notes(ax):
+    """Title, where each name lives, and what differs from the drawing."""
     ax.text(0.1, 19.3, "The Transformer (the paper's Figure 1)\nwith this project's names",
             fontsize=11, weight="bold", va="top")
     lines = ["keras_transformer.model.Transformer:", "  encode(): the left half",
@@ -872,8 +891,7 @@ def make_figures(names, options, say=print):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv  # console.run has refused stray arguments
     unknown = [name for name in FLAGS.figures if name not in FIGURES]
     if unknown or not FLAGS.figures:
         raise app.UsageError(f"--figures={','.join(FLAGS.figures)}: choose from "
@@ -894,6 +912,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
+    from trainers import console
 
-    app.run(main, flags_parser=parse_flags)
+    console.run(main)

@@ -1,17 +1,17 @@
 """Learning curves of training runs: train and dev loss, and dev BLEU against the translation
 memory, over wall-clock minutes, from the runs' TensorBoard event files.
 
-    python -m benchmarks.learning_curve --model_dirs=runs/quickstart,runs/long \
+    python -m docs.tools.learning_curve --model_dirs=runs/quickstart,runs/long \
         --output=docs/images/learning_curve.png
 
 Dev BLEU is the trainer's (``--dev_bleu_sentences`` first dev sentences, beam 4, alpha 0.6). The
 floors are computed on those same dev sentences (copy the source; the German of the nearest English
 training sentence by TF-IDF cosine), so the plot shows where a run crosses the translation memory.
 Writes the picture and, next to it, a JSON file with the plotted points. ``python -m
-benchmarks.figures`` draws the same picture (with the others), and re-plots that JSON file when
+docs.tools.figures`` draws the same picture (with the others), and re-plots that JSON file when
 the run folders are not on the machine.
 
-This module is the one home of reading and drawing learning curves: ``benchmarks.figures`` calls
+This module is the one home of reading and drawing learning curves: ``docs.tools.figures`` calls
 ``load_curves`` and ``plot``.
 """
 
@@ -26,7 +26,7 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    """This program's own flags (not defined on import: ``benchmarks.figures`` imports this module
+    """This program's own flags (not defined on import: ``docs.tools.figures`` imports this module
     and has flags of the same names)."""
     flags.DEFINE_list("model_dirs", [os.path.join("runs", "quickstart")], "Training runs to plot.")
     flags.DEFINE_list("labels", None, "A legend label per run (default: the folder names).")
@@ -182,8 +182,7 @@ def plot(curves, labels):
 
 
 def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    del argv  # console.run has refused stray arguments
     try:
         curves, _, _ = load_curves(FLAGS.model_dirs, FLAGS.labels, machine=FLAGS.runs_machine)
     except ValueError as error:
@@ -195,6 +194,6 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    from trainers.console import parse_flags  # --help: status 0; a bad flag: one line
+    from trainers import console
 
-    app.run(main, flags_parser=parse_flags)
+    console.run(main)

@@ -1,0 +1,135 @@
+"""trainers.score as a user runs it: pairs scored in input order as the in-memory Translator scores
+each alone; n-best lists as trainers.translate writes them
+rescored by two models, each column the score of its pair; a TSV line without a tab, a bad n-best
+line and an export older than the score signature are one line each, not a traceback."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.runs import load_translator
+from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.training import Trainer, TrainingConfig
+from test_translate_command import SENTENCES, run
+
+# Pairs of very different lengths (so sorting by length reorders them), an empty target, invalid
+# UTF-8 and a target beyond the model's maximum length.
+PAIRS = [(b"Where is the train station?", b"Wo ist der Bahnhof?"), (b"A dog runs.", b""),
+         (b"The cat sits on the mat.", b"Das ist Satz 5. " * 12), (b"caf\xc3 \xff broken", b"Das ist Satz 3."),
+         (b"Das ist Satz 5.", b"Das ist Satz 5.")]
+TRUNCATED_LINE = 3  # 1-based
+SOURCES = [b"A dog runs.", b"", b"Where is the train station?", b"The cat sits on the mat."]
+
+
+def make_run(base, name, seed, vocabulary):
+    """A model_dir as the trainer writes it: config.json, one checkpoint, the vocabulary's path."""
+    keras.utils.set_random_seed(seed)
+    config = kt.TransformerConfig.from_preset("tiny", vocab_size=vocabulary.vocab_size, max_length=24)
+    trainer = Trainer(config, TrainingConfig(model_dir=str(base / name), train_steps=1),
+                      run_info={"vocab_path": vocabulary.path})
+    trainer._write_run_config()
+    trainer.checkpointer.save(1)
+    return str(base / name)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Two runs of different weights, the pairs file, the sources file and the n-best list
+    trainers.translate writes for it."""
+    base = tmp_path_factory.mktemp("score")
+    text = [f"{s} {i}" for i in range(40) for s in SENTENCES] + [f"Das ist Satz {i}." for i in range(80)]
+    vocabulary = SubwordTokenizer.learn(text, vocab_size=320, out_path=str(base / "vocab" / "tiny.model"))
+    runs = [make_run(base, "a", 3, vocabulary), make_run(base, "b", 4, vocabulary)]
+    pairs = base / "pairs.tsv"
+    pairs.write_bytes(b"".join(s + b"\t" + t + b"\n" for s, t in PAIRS))
+    sources = base / "sources.txt"
+    sources.write_bytes(b"\n".join(SOURCES) + b"\n")
+    code, nbest, stderr = run("translate", f"--model_dir={runs[0]}", f"--input={sources}", "--n_best=2",
+                              "--beam_size=2", "--extra_length=4")
+    assert code == 0, stderr
+    (base / "nbest.tsv").write_bytes(nbest)
+    return dict(base=base, runs=runs, pairs=str(pairs), sources=str(sources),
+                nbest=str(base / "nbest.tsv"))
+
+
+def scored_alone(model_dir, pairs):
+    """Each pair scored alone by the run's in-memory Translator: ``[(log_prob, tokens, nll)]``."""
+    score = load_translator(model_dir).score_function()
+    results = []
+    for source, target in pairs:
+        out = score(tf.constant([source]), tf.constant([target]))
+        results.append((float(out["log_prob"][0]), int(out["tokens"][0]), float(out["nll_per_token"][0])))
+    return results
+
+
+def columns(stdout):
+    return [[float(field) for field in line.split("\t")] for line in stdout.decode().splitlines()]
+
+
+def test_pairs_are_scored_in_input_order_as_each_alone(setup):
+    expected = scored_alone(setup["runs"][0], PAIRS)
+    output = str(setup["base"] / "scores.tsv")
+    code, stdout, stderr = run("score", f"--model_dir={setup['runs'][0]}", f"--input={setup['pairs']}",
+                               f"--output={output}", "--batch_size=2")
+    assert code == 0 and stdout == b"", stderr
+    with open(output, "rb") as stream:
+        rows = columns(stream.read())
+    assert len(rows) == len(PAIRS)
+    for row, (log_prob, tokens, nll) in zip(rows, expected):
+        assert row == pytest.approx([log_prob, tokens, nll], abs=2e-4)
+    assert rows[1][1] == 1  # the empty target: its EOS
+    assert f"line(s) {TRUNCATED_LINE}." in stderr and "Traceback" not in stderr
+    assert f"score: model 1: {os.path.join(setup['runs'][0], 'ckpt-1')} (latest;" in stderr
+
+
+def test_a_line_without_a_tab_is_one_line_naming_file_and_line(setup):
+    bad = setup["base"] / "bad.tsv"
+    bad.write_bytes(b"A dog runs.\tEin Hund.\nno tab here\nYes.\tJa.\n")
+    code, stdout, stderr = run("score", f"--model_dir={setup['runs'][0]}", f"--input={bad}")
+    assert code == 2 and stdout == b""
+    assert [line for line in stderr.splitlines() if line.startswith("score: error")] == [
+        f"score: error: {bad}:2: no tab; each line must be source<TAB>target with exactly one tab"]
+
+
+def test_nbest_rescoring_adds_each_models_score_of_the_pair(setup):
+    code, stdout, stderr = run("score", f"--model_dir={','.join(setup['runs'])}",
+                               f"--nbest={setup['nbest']}", f"--sources={setup['sources']}")
+    assert code == 0, stderr
+    with open(setup["nbest"], "rb") as stream:
+        nbest = stream.read().decode().splitlines()
+    rescored = stdout.decode().splitlines()
+    assert len(rescored) == len(nbest) == 2 * len(SOURCES)
+    hypotheses = []
+    for original, line in zip(nbest, rescored):
+        index, score, text = original.split("\t", 2)
+        fields = line.split("\t", 4)
+        assert fields[:2] == [index, score] and fields[4] == text  # the line as translate wrote it
+        if score == "-inf":  # an empty slot: no hypothesis
+            assert fields[2:4] == ["-inf", "-inf"]
+        else:
+            hypotheses.append(((SOURCES[int(index)], text.encode()), [float(f) for f in fields[2:4]]))
+    assert len(hypotheses) == 2 * len(SOURCES) - 1  # the empty input's second slot is empty
+    for column, model_dir in enumerate(setup["runs"]):
+        alone = scored_alone(model_dir, [pair for pair, _ in hypotheses])
+        assert [got[column] for _, got in hypotheses] == pytest.approx([a[0] for a in alone], abs=2e-4)
+    assert not np.allclose([got[0] for _, got in hypotheses], [got[1] for _, got in hypotheses])
+
+    code, _, stderr = run("score", f"--model_dir={setup['runs'][0]}", "--nbest=-",
+                          f"--sources={setup['sources']}", stdin=b"0\t-1.0\tgut\n9\t-1.0\tgut\n")
+    assert code == 2 and ("score: error: stdin:2: INDEX 9, but --sources="
+                          f"{setup['sources']} has 4 line(s)") in stderr
+
+
+def test_an_export_older_than_the_score_signature_is_one_line(tmp_path):
+    from test_export import write_old_export
+
+    write_old_export(str(tmp_path / "1"))
+    code, stdout, stderr = run("score", f"--saved_model={tmp_path}", stdin=b"Hello.\tHallo.\n")
+    assert code == 1 and stdout == b"" and "Traceback" not in stderr
+    assert [line for line in stderr.splitlines() if line.startswith("score:")] == [
+        f"score: error: {tmp_path}/1 has no score signature: it was exported before scoring was; "
+        "export the run again to score with it."], stderr

@@ -1,0 +1,235 @@
+"""Scores given translations by forced decoding, and rescores n-best lists, with trained models.
+
+    python -m trainers.score --model_dir=runs/small --input=pairs.tsv            # source<TAB>target
+    python -m trainers.score --saved_model=saved_models/small < pairs.tsv > scores.tsv
+    python -m trainers.translate --model_dir=runs/small --input=test.en --n_best=4 > nbest.tsv
+    python -m trainers.score --model_dir=runs/small,runs/other --nbest=nbest.tsv --sources=test.en
+
+Each pair is scored as the model saw its training pairs (teacher forcing): ``LOG_PROB`` is the
+sum of log P(y_t | y_<t, x) over the target's subwords and its EOS, ``TOKENS`` their count and
+``NLL_PER_TOKEN`` = -LOG_PROB / TOKENS (``inference.Translator.score_text``; an export's ``score``
+signature). Both sides are tokenized as ``trainers.translate`` tokenizes its input.
+
+Pairs (--input, else stdin; '-' is stdin): one ``source<TAB>target`` per line, exactly one tab; a
+line without one ends the program with one line naming FILE:LINE (status 2). One output line per
+input line, in input order, ``LOG_PROB<TAB>TOKENS<TAB>NLL_PER_TOKEN`` per model (three columns for
+each, in the order the models are named): ``paste pairs.tsv scores.tsv`` sets them side by side.
+
+n-best lists (--nbest FILE or '-', with --sources the sentences translated): the lines of
+``trainers.translate --n_best``, ``INDEX<TAB>SCORE<TAB>TRANSLATION``, written again with each
+model's LOG_PROB of (source line INDEX of --sources, TRANSLATION) between SCORE and TRANSLATION:
+``INDEX<TAB>SCORE<TAB>LOG_PROB_1[<TAB>LOG_PROB_2 ...]<TAB>TRANSLATION``. A line with score -inf (a
+slot the search left empty) is no hypothesis: its columns are -inf.
+
+Models: --model_dir (a training run; several separated by commas, each with --checkpoint's
+checkpoint, by default averaged, else ema, else best, else latest) or --saved_model (an export with
+the ``score`` signature, repeatable). stderr names each one. Input is read as bytes, in chunks of a
+few batches, each batched by length and written to stdout as soon as it is scored (--output FILE:
+written whole at the end). A side longer than the model's ``max_length`` is cut (the target: scored
+on its first max_length - 1 subwords without EOS) and its line number goes to stderr.
+"""
+
+import itertools
+import math
+import sys
+
+from absl import app, flags
+
+from . import checks, console, run_flags, thread_flags
+
+flags.adopt_module_key_flags(thread_flags)
+flags.adopt_module_key_flags(run_flags)
+flags.FLAGS["model_dir"].help = ("Training runs' model_dirs (config.json + checkpoints), separated "
+                                 "by commas: one score column per run.")
+flags.DEFINE_multi_string("saved_model", None,
+                          "Exported SavedModel with the score signature: a version folder or the "
+                          "model's base folder (its highest version). Repeatable: one score column "
+                          "per model.")
+flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
+flags.DEFINE_string("input", None, "TSV of source<TAB>target pairs to score, one per line "
+                    "(default and '-': stdin).")
+flags.DEFINE_string("nbest", None, "n-best list to rescore, as trainers.translate writes n-best lists "
+                    "('-': stdin); needs --sources.")
+flags.DEFINE_string("sources", None, "With --nbest: the sentences that were translated, one per line "
+                    "(translate's --input); an n-best line's INDEX is a 0-based line of it.")
+flags.mark_flags_as_mutual_exclusive(["input", "nbest"])
+flags.DEFINE_string("output", None, "Output file, written whole at the end (default: stdout, "
+                    "written as each chunk of input is scored).")
+flags.DEFINE_integer("batch_size", 32, "Pairs per batch (sorted by length).", lower_bound=1)
+
+FLAGS = flags.FLAGS
+# Lines read before scoring, in batches: enough to sort into batches of similar length, few enough
+# that the first scores come soon.
+CHUNK_BATCHES = 4
+STDIN = "-"
+
+
+def model_dirs():
+    return [path for path in (FLAGS.model_dir or "").split(",") if path]
+
+
+def check_flags():
+    """The models, the input and the output: before any work."""
+    if not model_dirs() and not FLAGS.saved_model:
+        raise app.UsageError("name the model(s) to score with: --model_dir or --saved_model.")
+    for path in model_dirs():
+        checks.run_dir("model_dir", path, FLAGS.checkpoint)
+    if FLAGS.saved_model and FLAGS["checkpoint"].present:
+        raise app.UsageError("--checkpoint only applies with --model_dir.")
+    for path in FLAGS.saved_model or []:
+        checks.saved_model("saved_model", path)
+    if (FLAGS.nbest is None) != (FLAGS.sources is None):
+        raise app.UsageError("--nbest and --sources go together: the n-best list and the sentences "
+                             "it translates.")
+    if FLAGS.nbest == STDIN and FLAGS.sources == STDIN:
+        raise app.UsageError("--nbest and --sources cannot both be stdin ('-').")
+    for name in ("input", "nbest", "sources"):
+        if FLAGS[name].value not in (None, STDIN):
+            checks.input_file(name, FLAGS[name].value)
+    if FLAGS.output is not None:
+        checks.output_file("output", FLAGS.output)
+
+
+def load_score_fns():
+    """``[(score_fn, description)]``, one per model in column order (``inference.score_in_batches``'
+    ``score_fn``)."""
+    from keras_transformer import inference
+
+    models = []
+    for path in model_dirs():
+        translator, loaded = run_flags.load_run_translator(path)
+        models.append((translator.score_function(), loaded))
+    for path in FLAGS.saved_model or []:
+        score_fn, version = inference.load_exported_score_fn(path)
+        models.append((score_fn, f"{version} (SavedModel)"))
+    return models
+
+
+def chunks(path):
+    """``(number of the first line, lines)`` of the file ``path`` (``-``: stdin) a few batches at a
+    time, as bytes without their line breaks (and without a UTF-8 byte order mark)."""
+    from keras_transformer.data.files import BOM
+
+    stream = sys.stdin.buffer if path == STDIN else open(path, "rb")
+    try:
+        number = 1
+        while True:
+            lines = [line.rstrip(b"\n").rstrip(b"\r")
+                     for line in itertools.islice(stream, CHUNK_BATCHES * FLAGS.batch_size)]
+            if not lines:
+                return
+            if number == 1:
+                lines[0] = lines[0].removeprefix(BOM.encode())
+            yield number, lines
+            number += len(lines)
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def shown(path):
+    return "stdin" if path == STDIN else path
+
+
+def score_pairs(models, pairs):
+    """``(per pair: one result per model, or None for an entry of pairs that is None)``."""
+    from keras_transformer import inference
+
+    todo = [i for i, pair in enumerate(pairs) if pair is not None]
+    columns = [inference.score_in_batches(fn, [pairs[i][0] for i in todo],
+                                          [pairs[i][1] for i in todo], FLAGS.batch_size)
+               for fn, _ in models] if todo else []
+    results = [None] * len(pairs)
+    for row, i in enumerate(todo):
+        results[i] = [column[row] for column in columns]
+    return results
+
+
+def score_tsv(models, path, output):
+    """Scores the pairs of ``path``; the number of lines and those cut to a maximum length."""
+    from keras_transformer.data.files import split_tsv_line
+
+    count, truncated = 0, []
+    for first, lines in chunks(path):
+        try:
+            pairs = [split_tsv_line(line, f"{shown(path)}:{first + i}") for i, line in enumerate(lines)]
+        except ValueError as error:
+            raise app.UsageError(str(error)) from None
+        results = score_pairs(models, pairs)
+        output.write(["\t".join(f"{r['log_prob']:.4f}\t{r['tokens']}\t{r['nll_per_token']:.4f}"
+                                for r in row).encode() for row in results])
+        truncated += [first + i for i, row in enumerate(results) if any(r["truncated"] for r in row)]
+        count += len(lines)
+    return count, truncated
+
+
+def read_sources(path):
+    """The lines of ``path`` (``-``: stdin) as bytes, split as ``trainers.translate`` reads them."""
+    if path == STDIN:
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as stream:
+            data = stream.read()
+    lines = data.split(b"\n")
+    if lines[-1] == b"":  # the last line's break, or an empty file
+        lines.pop()
+    return [line.rstrip(b"\r") for line in lines]
+
+
+def nbest_columns(results, models):
+    """The LOG_PROB columns of an n-best line: one per model, -inf for no hypothesis."""
+    if results is None:
+        return [b"-inf"] * models
+    return [f"{result['log_prob']:.4f}".encode() for result in results]
+
+
+def rescore_nbest(models, path, output):
+    """Adds each model's LOG_PROB to the n-best lines of ``path``; the number of lines and those
+    whose pair was cut to a maximum length."""
+    from keras_transformer.inference import parse_nbest_line
+
+    sources = read_sources(FLAGS.sources)
+    count, truncated = 0, []
+    for first, lines in chunks(path):
+        entries = []
+        for number, line in enumerate(lines, start=first):
+            try:
+                index, score, text = parse_nbest_line(line)
+            except ValueError as error:
+                raise app.UsageError(f"{shown(path)}:{number}: {error}") from None
+            if index >= len(sources):
+                raise app.UsageError(f"{shown(path)}:{number}: INDEX {index}, but --sources="
+                                     f"{shown(FLAGS.sources)} has {len(sources)} line(s); give the "
+                                     "file that was translated.")
+            entries.append((line[:len(line) - len(text)], text,
+                            None if score == -math.inf else (sources[index], text)))
+        results = score_pairs(models, [pair for _, _, pair in entries])
+        output.write([head + b"\t".join(nbest_columns(row, len(models))) + b"\t" + text
+                      for (head, text, _), row in zip(entries, results)])
+        truncated += [first + i for i, row in enumerate(results)
+                      if row and any(r["truncated"] for r in row)]
+        count += len(lines)
+    return count, truncated
+
+
+def main(argv):
+    check_flags()
+    thread_flags.apply()
+    models = load_score_fns()
+    for column, (_, description) in enumerate(models, start=1):
+        print(f"score: model {column}: {description}", file=sys.stderr, flush=True)
+    output = console.Output(FLAGS.output)
+    if FLAGS.nbest is not None:
+        count, truncated = rescore_nbest(models, FLAGS.nbest, output)
+    else:
+        count, truncated = score_tsv(models, FLAGS.input or STDIN, output)
+    output.close()
+    if truncated:
+        print(f"score: {len(truncated)} line(s) with a side longer than a model's maximum length "
+              f"were cut to it before scoring: line(s) {console.listed(truncated)}.", file=sys.stderr)
+    print(f"score: {count} line(s) scored with {len(models)} model(s)"
+          + (f" into {FLAGS.output}" if FLAGS.output else "") + ".", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    console.run(main)

@@ -1,0 +1,212 @@
+"""The training flags of the training commands (trainers.wmt, trainers.quickstart) and what they
+become: one TrainingConfig, the strategy (seeded), and the library's training run.
+
+    from trainers import training_flags       # defines the flags on import
+    flags.adopt_module_key_flags(training_flags)
+    training_flags.check(model_dir)            # in main(), before any slow work
+    config = training_flags.training_config(model_dir)
+    strategy = training_flags.make_strategy()  # before TensorFlow runs anything
+    summary = training_flags.train(data_config, config, strategy)
+"""
+
+from absl import app, flags
+
+from keras_transformer.training.strategy import PRECISIONS, STRATEGIES
+from . import model_flags
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_enum("strategy", "auto", STRATEGIES,
+                  "tf.distribute strategy. auto: mirrored over all GPUs when there are several "
+                  "(or over --num_cpu_devices logical CPUs), else default (one device). "
+                  "multi_worker_mirrored reads TF_CONFIG. The start line says what was chosen.")
+flags.DEFINE_integer("num_cpu_devices", 0,
+                     "Split the CPU into this many logical devices (e.g. 2 with "
+                     "--strategy=mirrored to run data-parallel without GPUs). 0: don't.")
+flags.DEFINE_bool("xla", False, "Compile each replica's forward+backward pass with XLA.")
+flags.DEFINE_enum("mixed_precision", "float32", PRECISIONS,
+                  "Compute dtype; variables stay float32, evaluation and export run in float32. "
+                  "float16 uses dynamic loss scaling. On CPUs float16 is slow (no float16 matmul "
+                  "units); bfloat16 is fast only on CPUs with AVX512-BF16/AMX. auto: bfloat16 on "
+                  "such a CPU when there is no GPU, else float32.")
+flags.DEFINE_string("model_dir", None, "Checkpoints, TensorBoard logs, config.json and "
+                    "summary.json; existing checkpoints are resumed. Unset: runs/<preset>.")
+flags.DEFINE_integer("train_steps", 100_000, "Optimizer updates in total (paper: 100k base, "
+                     "300k big). 0: no step limit (then set --train_minutes).")
+flags.DEFINE_float("train_minutes", None, "Wall-clock budget of this run in minutes.")
+flags.DEFINE_integer("warmup_steps", 4000, "warmup_steps of Eq. (3).")
+flags.DEFINE_float("learning_rate_scale", 1.0, "Multiplies the learning rate of Eq. (3).")
+flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per replica summed into one update.")
+flags.DEFINE_integer("checkpoint_every_steps", None, "Also checkpoint every N steps.")
+flags.DEFINE_float("checkpoint_every_minutes", 10.0, "Checkpoint every M minutes (paper: 10).")
+flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept in --model_dir (never fewer than "
+                     "--average_last).")
+flags.DEFINE_integer("average_last", None, "Average the last N checkpoints at the end; 0: don't. "
+                     "Unset: 20 for big, else 5, as section 6.1.")
+flags.DEFINE_integer("log_every_steps", 100, "Progress line and TensorBoard interval.")
+flags.DEFINE_integer("dev_every_steps", 1000, "Dev-set loss interval. 0: only at the end.")
+flags.DEFINE_integer("dev_bleu_sentences", 200,
+                     "Dev-set BLEU (sacreBLEU, beam 4, alpha 0.6) on this many dev sentences at each "
+                     "dev evaluation, shown and written to TensorBoard. 0: none.")
+flags.DEFINE_bool("keep_best_bleu", False,
+                  "Also keep the weights of the best dev BLEU in MODEL_DIR/best/ckpt.")
+flags.DEFINE_string(
+    "init_from", None,
+    "Fine-tune: start this new run from the model weights of another run, RUN_DIR (its averaged, "
+    "else ema, else best, else latest checkpoint) or a checkpoint prefix (e.g. runs/x/ckpt-1000). Only the "
+    "weights: a fresh optimizer, step 0, the schedule of --warmup_steps and "
+    "--learning_rate_scale. It trains with the source run's vocabulary (a warning names its "
+    "unknown-piece rate on this training text), and the model flags must give the source's "
+    "architecture (dropouts and label smoothing may differ). Recorded in MODEL_DIR/config.json; "
+    "a run with checkpoints of its own resumes from them. Unset: random initialisation.")
+flags.DEFINE_integer(
+    "early_stopping_patience", 0,
+    "Stop after this many dev evaluations (every --dev_every_steps) in a row without an "
+    "improvement of --early_stopping_metric; the log and MODEL_DIR/summary.json say so "
+    "(stop_reason early_stopping). Works beside --train_steps and --train_minutes, whichever "
+    "comes first. 0: off.")
+flags.DEFINE_enum("early_stopping_metric", "loss", ["loss", "bleu"],
+                  "What early stopping watches: the dev loss (lower is better) or the dev BLEU "
+                  "(higher is better; needs --dev_bleu_sentences > 0).")
+flags.DEFINE_float("early_stopping_min_delta", 0.0,
+                   "An evaluation improves only if it beats the best so far by more than this "
+                   "(in loss or BLEU points).")
+flags.DEFINE_float(
+    "ema_decay", None,
+    "Keep an exponential moving average of the weights with this decay (as fairseq's ema-decay; "
+    "e.g. 0.999 averages over roughly the last 1/(1-0.999) = 1000 updates). It is saved in every "
+    "checkpoint, the dev set is evaluated with it, and the end of training writes it to "
+    "MODEL_DIR/ema/ckpt, the checkpoint named ema in evaluate, translate and export. Unset: none.")
+flags.DEFINE_bool(
+    "export_best", False,
+    "Whenever the dev BLEU is the best so far, export that model for serving to "
+    "MODEL_DIR/best_export/<step> (and best_export_ids), deleting the previous best: one "
+    "complete export at any moment. Needs --dev_bleu_sentences > 0.")
+flags.DEFINE_enum("resume_data", "skip", ["skip", "restart"],
+                  "On resume, skip the batches already trained on (exact) or restart the input "
+                  "pipeline (fast for long runs).")
+flags.DEFINE_bool("deterministic", False, "Deterministic ops and seeds (slower).")
+flags.DEFINE_integer("seed", 1, "Seed of weight initialisation and dropout.", lower_bound=0)
+flags.DEFINE_string("export_dir", None, "At the end, export the averaged (else latest) "
+                    "checkpoint as SavedModels under EXPORT_DIR/<name of model_dir>/<version> "
+                    "(as python -m trainers.export does).")
+
+for _name in ("warmup_steps", "accumulation_steps", "keep_checkpoints", "log_every_steps"):
+    flags.register_validator(_name, lambda v: v > 0, f"--{_name} must be positive.")
+for _name in ("num_cpu_devices", "train_steps", "dev_every_steps", "dev_bleu_sentences",
+              "early_stopping_patience"):
+    flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0.")
+for _name in ("checkpoint_every_steps", "average_last"):
+    flags.register_validator(_name, lambda v: v is None or v >= 0, f"--{_name} must be >= 0.")
+for _name in ("train_minutes", "checkpoint_every_minutes"):
+    flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive.")
+flags.register_validator("learning_rate_scale", lambda v: v > 0,
+                         "--learning_rate_scale must be positive.")
+flags.register_validator("ema_decay", lambda v: v is None or 0.0 < v < 1.0,
+                         "--ema_decay must be in (0, 1), e.g. 0.999.")
+flags.register_validator("early_stopping_min_delta", lambda v: 0.0 <= v < float("inf"),
+                         "--early_stopping_min_delta must be a number >= 0.")
+
+
+def average_last() -> int:
+    """--average_last, or section 6.1's count for the preset when it is unset."""
+    if FLAGS.average_last is not None:
+        return FLAGS.average_last
+    return 20 if FLAGS.preset == "big" else 5
+
+
+def training_config(model_dir: str, keep_only_the_averaged: bool = False):
+    """The training flags as a TrainingConfig for ``model_dir``: at least the checkpoints it
+    averages are kept; with ``keep_only_the_averaged`` (and no --keep_checkpoints given) only
+    those, at least one. Bad values raise app.UsageError naming the flag."""
+    from keras_transformer.training import TrainingConfig, resolve_precision
+
+    averaged = average_last()
+    keep = FLAGS.keep_checkpoints
+    if keep_only_the_averaged and not FLAGS["keep_checkpoints"].present:
+        keep = max(averaged, 1)
+    try:
+        return TrainingConfig(
+            model_dir=model_dir, train_steps=FLAGS.train_steps or None,
+            train_minutes=FLAGS.train_minutes, warmup_steps=FLAGS.warmup_steps,
+            learning_rate_scale=FLAGS.learning_rate_scale,
+            accumulation_steps=FLAGS.accumulation_steps, jit_compile=FLAGS.xla,
+            mixed_precision=resolve_precision(FLAGS.mixed_precision),
+            checkpoint_every_steps=FLAGS.checkpoint_every_steps or None,
+            checkpoint_every_minutes=FLAGS.checkpoint_every_minutes,
+            keep_checkpoints=max(keep, averaged),
+            average_last=averaged, log_every_steps=FLAGS.log_every_steps,
+            dev_every_steps=FLAGS.dev_every_steps or None, resume_data=FLAGS.resume_data,
+            init_from=FLAGS.init_from or None,
+            early_stopping_patience=FLAGS.early_stopping_patience or None,
+            early_stopping_metric=FLAGS.early_stopping_metric,
+            early_stopping_min_delta=FLAGS.early_stopping_min_delta,
+            ema_decay=FLAGS.ema_decay)
+    except ValueError as error:
+        if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
+            raise app.UsageError("--train_steps=0 needs --train_minutes, or training never "
+                                 "ends.") from None
+        raise app.UsageError(str(error)) from None
+
+
+def check(model_dir: str):
+    """The model flags fit together, --init_from names a run whose model the flags give (unless
+    ``model_dir`` resumes from checkpoints of its own), and early stopping and --export_best have
+    the evaluations they watch: one line each, before any slow work."""
+    model_flags.check()
+    if FLAGS.export_best and not FLAGS.dev_bleu_sentences:
+        raise app.UsageError("--export_best exports on the best dev BLEU: it needs "
+                             "--dev_bleu_sentences > 0.")
+    if FLAGS.early_stopping_patience and not FLAGS.dev_every_steps:
+        raise app.UsageError(f"--early_stopping_patience={FLAGS.early_stopping_patience} needs "
+                             "--dev_every_steps > 0: the dev evaluations it counts.")
+    if (FLAGS.early_stopping_patience and FLAGS.early_stopping_metric == "bleu"
+            and not FLAGS.dev_bleu_sentences):
+        raise app.UsageError("--early_stopping_metric=bleu needs dev BLEU: "
+                             "--dev_bleu_sentences > 0.")
+    if not FLAGS.init_from:
+        return
+    import tensorflow as tf
+
+    if tf.io.gfile.isdir(model_dir) and tf.train.latest_checkpoint(model_dir):
+        return
+    from keras_transformer.training import init_from
+
+    try:
+        source = init_from.resolve(FLAGS.init_from)
+        init_from.check_model(source, model_flags.model_config(source.model_config.vocab_size))
+    except ValueError as error:
+        raise app.UsageError(f"--{error}") from None
+
+
+def make_strategy():
+    """The tf.distribute strategy of the flags; call before TensorFlow runs anything (logical
+    devices are fixed at start-up), then seed."""
+    from keras_transformer.training import make_strategy as make
+
+    try:
+        strategy = make(FLAGS.strategy, FLAGS.num_cpu_devices)
+    except ValueError as error:
+        raise app.UsageError(f"--strategy={FLAGS.strategy}: {error}") from None
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(FLAGS.seed)
+    if FLAGS.deterministic:
+        tf.config.experimental.enable_op_determinism()
+    return strategy
+
+
+def train(data_config, config, strategy, log=print) -> dict:
+    """``training.run.train_run`` of ``data_config`` and ``config`` (a ``training_config``) with
+    the flags' model, dev BLEU and export-on-best settings: the one call both programs make."""
+    from keras_transformer.training.run import train_run
+
+    callbacks = []
+    if FLAGS.export_best:
+        from keras_transformer.export import ExportBest
+
+        callbacks.append(ExportBest())  # the search of the dev BLEU it was chosen by
+    return train_run(data_config, config, FLAGS.preset, model_flags.overrides(), strategy,
+                     dev_bleu_sentences=FLAGS.dev_bleu_sentences,
+                     keep_best_bleu=FLAGS.keep_best_bleu, log=log, callbacks=callbacks)
