@@ -4,7 +4,6 @@ metric sequences, and the trainer stopping on it, saying so, and keeping the cou
 import math
 
 import pytest
-import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.training import Callback, ProgressLine, Trainer, TrainingConfig
