@@ -11,6 +11,10 @@ up. Two regions change that:
 
 :func:`raising` restores the raise-at-once behaviour inside a polled region (an evaluation during
 training). A received signal stays received: :func:`check` raises it again before a new stage.
+
+On a multi-worker job the workers stop as one: the training loop votes on a received signal in
+every step, and a worker whose peer received one records it with :func:`received_by_peer`, so
+every worker skips the same stages and exits with the same status.
 """
 
 import contextlib
@@ -23,6 +27,7 @@ _RAISE, _POLL, _DEFER = "raise", "poll", "defer"
 
 _modes = [_RAISE]
 _received: Optional[int] = None
+_from_peer = False
 _installed = False
 
 
@@ -30,14 +35,16 @@ class Interrupted(BaseException):
     """A SIGTERM or SIGINT arrived. Like KeyboardInterrupt it is not an ``Exception``, so
     ``except Exception`` blocks let it through; ``exit_status`` is 128 + the signal number."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, from_peer: bool = False):
         super().__init__(signum)
         self.signum = signum
         self.name = signal.Signals(signum).name
         self.exit_status = 128 + signum
+        self.from_peer = from_peer
 
     def __str__(self):
-        return f"stopped by {self.name}"
+        return f"stopped by {self.name}" + (" (sent to another worker of the job)"
+                                            if self.from_peer else "")
 
 
 def _handler(signum, frame):
@@ -63,6 +70,24 @@ def install() -> bool:
     return True
 
 
+def reclaim() -> None:
+    """Routes SIGTERM and SIGINT here again if :func:`install` did before. TensorFlow's
+    coordination service (started by ``MultiWorkerMirroredStrategy``) installs a C-level SIGTERM
+    handler of its own for its preemption notifier, silently replacing Python's: without this, a
+    worker would never see SIGTERM."""
+    if _installed and threading.current_thread() is threading.main_thread():
+        for signum in HANDLED:
+            signal.signal(signum, _handler)
+
+
+def received_by_peer(signum: int) -> None:
+    """Another worker of this job received ``signum`` (the training loop learns it from the
+    step's votes): from now on this process behaves as if it had received it too."""
+    global _received, _from_peer
+    if _received is None:
+        _received, _from_peer = signum, True
+
+
 def received() -> Optional[int]:
     """The first signal received since the start (or :func:`reset`), else None."""
     return _received
@@ -75,14 +100,14 @@ def reason(signum: int) -> str:
 
 def reset() -> None:
     """Forgets a received signal (for tests and notebooks that go on after one)."""
-    global _received
-    _received = None
+    global _received, _from_peer
+    _received, _from_peer = None, False
 
 
 def check() -> None:
     """Raises :class:`Interrupted` if a signal was received: call before starting a new stage."""
     if _received is not None:
-        raise Interrupted(_received)
+        raise Interrupted(_received, _from_peer)
 
 
 @contextlib.contextmanager
@@ -103,6 +128,7 @@ def polled() -> Iterator[None]:
         previous = {signum: signal.getsignal(signum) for signum in HANDLED}
         for signum in HANDLED:
             signal.signal(signum, _handler)
+    reclaim()
     try:
         with _mode(_POLL):
             yield
@@ -128,4 +154,4 @@ def deferred() -> Iterator[None]:
     with _mode(_DEFER):
         yield
     if _received is not None and _modes[-1] == _RAISE and _installed:
-        raise Interrupted(_received)
+        raise Interrupted(_received, _from_peer)

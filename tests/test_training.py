@@ -9,7 +9,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import keras_transformer as kt
 from keras_transformer.training import (Callback, NonFiniteError, TensorBoard, Trainer,
                                         TrainingConfig, TrainStep, checkpoint_paths)
 from keras_transformer.weights import restore_model
-from toy import toy_batch, toy_dataset_fn
+from toy import toy_batch, toy_dataset_fn, write_word_for_word_corpus
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -409,37 +408,6 @@ def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path):
             np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6)
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def test_multi_worker_mirrored_two_processes_agree(tmp_path):
-    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
-    processes = []
-    for index in range(2):
-        tf_config = json.dumps({"cluster": {"worker": workers},
-                                "task": {"type": "worker", "index": index}})
-        processes.append(start_child("train", tmp_path / f"worker{index}.json",
-                                     tmp_path / "model", 4, "--strategy=multi_worker_mirrored",
-                                     TF_CONFIG=tf_config))
-    for process in processes:
-        finish(process)
-    first, second = (read_json(tmp_path / f"worker{i}.json") for i in range(2))
-    assert first["num_replicas"] == second["num_replicas"] == 2
-    assert first["steps"] == second["steps"] == 4
-    assert first["final_train_loss"] == pytest.approx(second["final_train_loss"], rel=1e-6)
-    assert first["weight_sum"] == pytest.approx(second["weight_sum"], rel=1e-6)
-    # Only the chief's checkpoint remains; the other worker's scratch copy is gone.
-    assert tf.train.latest_checkpoint(str(tmp_path / "model")).endswith("ckpt-4")
-    assert not [n for n in os.listdir(tmp_path / "model") if n.startswith(".worker")]
-
-
 # --- configuration errors and the command ------------------------------------------------------
 
 @pytest.mark.parametrize("overrides,message", [
@@ -466,16 +434,7 @@ def test_wmt_rejects_bad_flags_at_start():
 def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
     """The user's command end to end on tiny TSV files: vocabulary, 2 mirrored logical CPUs,
     progress lines, checkpoints, averaging, summary."""
-    words = ["the", "house", "is", "small", "big", "a", "cat", "dog", "sees", "red", "old", "tree"]
-    german = ["das", "Haus", "ist", "klein", "groß", "eine", "Katze", "Hund", "sieht", "rot",
-              "alt", "Baum"]
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 300), ("dev", 16)):
-        with open(tmp_path / f"{split}.tsv", "w") as stream:
-            for _ in range(count):
-                ids = rng.integers(0, len(words), size=rng.integers(2, 7))
-                stream.write(" ".join(words[i] for i in ids) + "\t"
-                             + " ".join(german[i] for i in ids) + "\n")
+    write_word_for_word_corpus(tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "trainers.wmt", "--preset=tiny", "--dataset=files",
          f"--train_data={tmp_path / 'train.tsv'}", f"--dev_data={tmp_path / 'dev.tsv'}",

@@ -71,3 +71,22 @@ def one_batch_fn(index: int = 0, *, repeat: bool = True, vocab_size: int = 16):
         return dataset.repeat() if repeat else dataset
 
     return dataset_fn
+
+
+WORDS = ["the", "house", "is", "small", "big", "a", "cat", "dog", "sees", "red", "old", "tree"]
+GERMAN = ["das", "Haus", "ist", "klein", "groß", "eine", "Katze", "Hund", "sieht", "rot", "alt",
+          "Baum"]
+
+
+def write_word_for_word_corpus(folder, splits=(("train", 300), ("dev", 16))):
+    """``folder/train.tsv`` and ``folder/dev.tsv``: English word strings and their German word for
+    word, a corpus the commands' own data path (--dataset=files) learns a vocabulary from."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for split, count in splits:
+        with open(f"{folder}/{split}.tsv", "w") as stream:
+            for _ in range(count):
+                ids = rng.integers(0, len(WORDS), size=rng.integers(2, 7))
+                stream.write(" ".join(WORDS[i] for i in ids) + "\t"
+                             + " ".join(GERMAN[i] for i in ids) + "\n")

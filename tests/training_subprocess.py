@@ -5,6 +5,8 @@ devices are fixed at start-up), several processes (multi-worker), or a process t
     python tests/training_subprocess.py train OUT.json MODEL_DIR STEPS [--strategy=S]
         [--checkpoint_every_steps=N] [--sleep=SECONDS]
 
+    python tests/training_subprocess.py uneven OUT.json MODEL_DIR   (TF_CONFIG of 2 workers)
+
 Prints nothing useful; results go to OUT.json (written atomically).
 """
 
@@ -177,6 +179,39 @@ def train(out, model_dir, steps, options):
     write(out, summary)
 
 
+def uneven(out, model_dir):
+    """Two workers whose shards differ tenfold (training and dev): they must take the same steps,
+    not hang, and agree on the dev loss of all the dev examples."""
+    from keras_transformer.training.strategy import make_strategy
+
+    strategy = make_strategy("multi_worker_mirrored")
+    import keras
+    import tensorflow as tf
+
+    import keras_transformer as kt
+    from keras_transformer.training import Trainer, TrainingConfig, TrainStep
+    from toy import toy_batch
+
+    def batches(first, count):
+        return tf.data.Dataset.range(count).map(lambda k: toy_batch(
+            first + k, task="reverse", vocab_size=16, batch_size=8, min_length=2, max_length=6))
+
+    dev_shards = [(0, 10), (10, 1)]  # worker 0: ten dev batches, worker 1: one
+    train_shards = [(100, 20), (200, 2)]
+
+    keras.utils.set_random_seed(3)
+    trainer = Trainer(kt.TransformerConfig.from_preset("tiny", vocab_size=16), TrainingConfig(
+        model_dir=model_dir, train_steps=12, warmup_steps=4, log_every_steps=1,
+        dev_every_steps=5, checkpoint_every_minutes=None), strategy)
+    summary = trainer.fit(lambda context: batches(*train_shards[context.input_pipeline_id]),
+                          lambda context: batches(*dev_shards[context.input_pipeline_id]))
+    # The reference: all dev batches of both shards, on this process alone.
+    everything = batches(*dev_shards[0]).concatenate(batches(*dev_shards[1]))
+    alone = TrainStep(trainer.model, trainer.optimizer, tf.distribute.get_strategy())
+    summary["dev_loss_alone"] = alone.evaluate(everything)["loss"]
+    write(out, summary)
+
+
 if __name__ == "__main__":
     mode, out = sys.argv[1], sys.argv[2]
     if mode == "mirrored":
@@ -184,5 +219,7 @@ if __name__ == "__main__":
     elif mode == "train":
         opts = dict(a[2:].split("=", 1) for a in sys.argv[5:])
         train(out, sys.argv[3], int(sys.argv[4]), opts)
+    elif mode == "uneven":
+        uneven(out, sys.argv[3])
     else:
         raise SystemExit(f"unknown mode {mode!r}")

@@ -15,9 +15,9 @@ token-budget batches (--token_budget per side summed over replicas; --accumulati
 reach the paper's ~25k+25k tokens per update on fewer devices). Checkpoints go to --model_dir
 every --checkpoint_every_minutes (the paper: 10) and/or --checkpoint_every_steps; running the
 same command again resumes. SIGTERM (Ctrl-C: SIGINT) saves a checkpoint and exits with status 143
-(130) at any stage; a NaN/Inf loss or update stops with status 1 and keeps the last finite
-checkpoint as the latest. At the end the last
---average_last checkpoints are averaged into MODEL_DIR/averaged/ckpt and a summary is written
+(130) at any stage (on a multi-worker job, a signal to any worker stops every worker at the same
+step: docs/training.md, "Several machines"); a NaN/Inf loss or update stops with status 1 and
+keeps the last finite checkpoint as the latest. At the end the last --average_last checkpoints are averaged into MODEL_DIR/averaged/ckpt and a summary is written
 to MODEL_DIR/summary.json. TensorBoard: ``tensorboard --logdir=MODEL_DIR``.
 """
 
@@ -86,13 +86,15 @@ def main(argv):
     strategy = training_flags.make_strategy()
 
     from keras_transformer import runs, signals
-    from keras_transformer.training import NonFiniteError, is_chief
+    from keras_transformer.training import NonFiniteError, WorkerLostError, is_chief
 
     try:
         summary = training_flags.train(data, config, strategy,
                                        log=lambda line: print(line, flush=True))
     except NonFiniteError as error:
         console.error_exit(error)
+    except WorkerLostError as error:
+        console.error_exit(error, status=error.exit_status)
     print(f"wmt: {summary['stop_reason']} after {summary['steps']} steps; "
           f"{summary['tokens_per_second']:,.0f} tokens/s; final train loss "
           f"{summary['final_train_loss']}; dev loss {summary['final_dev_loss']}; "

@@ -57,11 +57,13 @@ class ExportBest(Callback):
         self.best = selected.get("dev_bleu")
 
     def on_dev(self, step, logs):
+        if not self.trainer.chief:
+            return
         if "bleu" not in logs:
             raise ValueError("export_best needs the dev BLEU (a DevBleu callback before it, "
                              "dev_bleu_sentences > 0).")
         bleu = logs["bleu"]
-        if (not self.trainer.chief or math.isnan(bleu)  # NaN: the dev BLEU failed
+        if (math.isnan(bleu)  # NaN: the dev BLEU failed
                 or (self.best is not None and bleu <= self.best)
                 # this step's weights are exported already (a resumed run's repeat)
                 or any(os.path.isdir(os.path.join(base, str(step))) for base in self._bases())):

@@ -15,8 +15,8 @@ _MODULES = {
     "schedule": ("TransformerSchedule", "paper_optimizer"),
     "step": ("TrainStep",),
     "strategy": ("PRECISIONS", "STRATEGIES", "configure_cpu_devices", "is_chief", "make_strategy",
-                 "resolve_precision"),
-    "trainer": ("NonFiniteError", "Trainer", "TrainingConfig"),
+                 "resolve_precision", "tf_config", "worker_count"),
+    "trainer": ("NonFiniteError", "Trainer", "TrainingConfig", "WorkerLostError"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 

@@ -11,6 +11,7 @@ checkpoint as the latest one.
 
 import os
 import shutil
+import tempfile
 import time
 from typing import Optional, Sequence, Tuple
 
@@ -25,8 +26,9 @@ class Checkpointer:
     """When to save, and saving/restoring a ``model_checkpoint(model, optimizer=..., ...)``.
 
     On a multi-worker job every worker must take part in a save (the variables may need
-    collective ops to be read); only the chief writes to ``directory``, the other workers write
-    to a scratch directory that is deleted at once.
+    collective ops to be read); only the chief writes to ``directory``. The other workers write
+    to a temporary folder of their own machine, deleted at once: nothing of theirs reaches
+    ``directory``.
     """
 
     def __init__(self, checkpoint: tf.train.Checkpoint, directory: str, *,
@@ -41,8 +43,9 @@ class Checkpointer:
         self.every_steps = every_steps
         self.every_minutes = every_minutes
         self.chief = chief
-        write_dir = directory if chief else os.path.join(directory, f".worker_{worker_id}_scratch")
-        self.manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=max_to_keep)
+        self.worker_id = worker_id
+        self.manager = (tf.train.CheckpointManager(checkpoint, directory, max_to_keep=max_to_keep)
+                        if chief else None)
         self._last_save_time = time.monotonic()
 
     @property
@@ -69,17 +72,23 @@ class Checkpointer:
         """Writes a checkpoint numbered ``step``; returns its path on the chief. A write failure
         (a full disk) removes the half-written files and raises ``writing.WriteError``; the
         previous checkpoint stays the latest."""
+        if not self.chief:
+            scratch = tempfile.mkdtemp(prefix=f"keras_transformer_worker{self.worker_id}_")
+            try:
+                tf.train.CheckpointManager(self.checkpoint, scratch, max_to_keep=1).save(
+                    checkpoint_number=step)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            self._last_save_time = time.monotonic()
+            return None
         try:
             path = self.manager.save(checkpoint_number=step)
         except (OSError, tf.errors.OpError) as error:
-            writing.remove_leftovers(self.manager.directory, checkpoints=True)
+            writing.remove_leftovers(self.directory, checkpoints=True)
             raise writing.WriteError(
                 f"{writing.describe(error, os.path.join(self.directory, f'ckpt-{step}'))} "
                 f"(the latest complete checkpoint is still {self.latest or 'none'})") from None
         self._last_save_time = time.monotonic()
-        if not self.chief:
-            shutil.rmtree(self.manager.directory, ignore_errors=True)
-            return None
         return path
 
 

@@ -7,6 +7,7 @@ record them with the dev loss, and the first ``SAMPLES`` translations as ``logs[
 (source, reference, translation), which ``TensorBoard`` shows as text. With ``keep_best`` it also
 writes the weights of the best-BLEU evaluation to ``model_dir/best/ckpt`` (+ ``best.json``):
 the best is chosen on BLEU, as early stopping and the best export are; chrF is shown beside it.
+On a multi-worker job only the chief translates.
 """
 
 import json
@@ -58,6 +59,8 @@ class DevBleu(Callback):
                 self.best = None
 
     def on_dev(self, step, logs):
+        if not self.trainer.chief:
+            return  # the chief's alone (a multi-worker job's trainer shares it with the others)
         try:
             results = translate_in_batches(self._translate_fn(), self.sources, self.batch_size)
         except (tf.errors.OpError, ValueError, TypeError) as error:

@@ -46,8 +46,9 @@ class TrainStep:
     Call ``step(iterator)`` with an iterator over ``strategy.distribute_datasets_from_function``
     (it consumes ``accumulation_steps`` batches) or ``step_on_batches(batches)`` with a tuple of
     ``accumulation_steps`` already distributed batches. Both return a dict of the global sums of
-    ``STAT_NAMES``, ``grad_norm`` and ``stop_and_save``, the sum over replicas of the two votes
-    passed in (stop, save; how the workers of a multi-worker job agree on when to save or stop).
+    ``STAT_NAMES``, ``grad_norm`` and ``votes``, the sum over replicas of the votes passed in (a
+    vector of numbers, e.g. "stop" and "save": how the workers of a multi-worker job agree on
+    when to save or stop). ``share(values)`` agrees on numbers outside a step.
     """
 
     def __init__(self, model, optimizer, strategy=None, *, label_smoothing: float = 0.1,
@@ -66,6 +67,7 @@ class TrainStep:
         self._iterator_step = tf.function(self._iterator_step_fn)
         self._batches_step = tf.function(self._batches_step_fn, reduce_retracing=True)
         self._eval = tf.function(self._eval_fn, reduce_retracing=True)
+        self._share = tf.function(self._share_fn, reduce_retracing=True)
 
     # --- per replica -------------------------------------------------------------------------
     def _forward_backward_fn(self, source, target_in, target_out):
@@ -98,7 +100,7 @@ class TrainStep:
             stats = [a + s for a, s in zip(accumulated[1], stats)]
         return grads, stats
 
-    def _apply_fn(self, accumulated, stop_and_save):
+    def _apply_fn(self, accumulated, votes):
         grads, stats = accumulated
         context = tf.distribute.get_replica_context()
         global_tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, stats[1])
@@ -110,7 +112,7 @@ class TrainStep:
             # An optimizer that sums the replicas' gradients again gets each replica's share.
             grads = [g / context.num_replicas_in_sync for g in grads]
         self.optimizer.apply(grads, self.model.trainable_variables)
-        return stats, grad_norm, tf.identity(stop_and_save)
+        return stats, grad_norm, tf.identity(votes)
 
     def _loss_scale(self):
         """The factor ``optimizer.scale_loss`` multiplies the loss by (read before the update,
@@ -121,44 +123,62 @@ class TrainStep:
         return tf.cast(tf.convert_to_tensor(scale), tf.float32)
 
     # --- whole step (cross-replica) ----------------------------------------------------------
-    def _run(self, batches, stop_and_save):
+    def _run(self, batches, votes):
         accumulated = None
         for batch in batches:
             args = (batch,) if accumulated is None else (batch, accumulated)
             accumulated = self.strategy.run(self._micro_fn, args=args)
-        stats, grad_norm, stop_and_save = self.strategy.run(self._apply_fn,
-                                                            args=(accumulated, stop_and_save))
+        stats, grad_norm, votes = self.strategy.run(self._apply_fn, args=(accumulated, votes))
         result = {name: self._sum(value) for name, value in zip(STAT_NAMES, stats)}
         # The same on every replica: one replica's value.
         result["grad_norm"] = self.strategy.experimental_local_results(grad_norm)[0]
-        result["stop_and_save"] = self._sum(stop_and_save)
+        result["votes"] = self._sum(votes)
         return result
 
     def _sum(self, value):
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
 
-    def _iterator_step_fn(self, iterator, stop_and_save):
-        return self._run([next(iterator) for _ in range(self.accumulation_steps)], stop_and_save)
+    def _iterator_step_fn(self, iterator, votes):
+        return self._run([next(iterator) for _ in range(self.accumulation_steps)], votes)
 
-    def _batches_step_fn(self, batches, stop_and_save):
-        return self._run(batches, stop_and_save)
+    def _batches_step_fn(self, batches, votes):
+        return self._run(batches, votes)
 
-    def step(self, iterator, stop_and_save=None):
+    def step(self, iterator, votes=None):
         """One update from ``accumulation_steps`` batches of ``iterator``; returns global sums."""
-        return self._iterator_step(iterator, self._votes(stop_and_save))
+        return self._iterator_step(iterator, self._votes(votes))
 
-    def step_on_batches(self, batches, stop_and_save=None):
+    def step_on_batches(self, batches, votes=None):
         """One update from a tuple of ``accumulation_steps`` (distributed) batches."""
         batches = tuple(batches)
         if len(batches) != self.accumulation_steps:
             raise ValueError(
                 f"step_on_batches needs accumulation_steps={self.accumulation_steps} batches, "
                 f"got {len(batches)}.")
-        return self._batches_step(batches, self._votes(stop_and_save))
+        return self._batches_step(batches, self._votes(votes))
 
     @staticmethod
-    def _votes(stop_and_save):
-        return tf.constant([0.0, 0.0] if stop_and_save is None else stop_and_save, tf.float32)
+    def _votes(votes):
+        return tf.constant([0.0] if votes is None else votes, tf.float32)
+
+    # --- agreeing outside a step -------------------------------------------------------------
+    def _share_fn(self, values):
+        def replica_fn(values):
+            context = tf.distribute.get_replica_context()
+            first = tf.equal(context.replica_id_in_sync_group, 0)
+            # tf.where, not a product: a NaN of another replica must not reach the first's values.
+            mine = tf.where(first, values, tf.zeros_like(values))
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, tf.stack([mine, values]))
+
+        shared = self.strategy.run(replica_fn, args=(values,))
+        return self.strategy.experimental_local_results(shared)[0]
+
+    def share(self, values):
+        """``(first, total)``: the values of the first replica (on the chief) and their sum over
+        all replicas, as float64 numpy arrays, the same on every worker. A collective: every
+        worker must call it at the same point."""
+        shared = self._share(tf.constant(values, tf.float64)).numpy()
+        return shared[0], shared[1]
 
     # --- evaluation --------------------------------------------------------------------------
     def _eval_replica_fn(self, batch):

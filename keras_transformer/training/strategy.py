@@ -1,10 +1,10 @@
 """Distribution strategies by name, and logical CPU devices to exercise them without GPUs.
 
 The paper trained on one machine with 8 GPUs (section 5.2): ``mirrored``. ``multi_worker_mirrored``
-reads the cluster from the ``TF_CONFIG`` environment variable. ``one_device`` places everything
-on the first GPU (or the CPU), ``default`` is TensorFlow's no-op strategy. ``auto``: ``mirrored``
-when more than one GPU (or, with ``num_cpu_devices``, logical CPU device) is visible, else
-``default``.
+reads the cluster from the ``TF_CONFIG`` environment variable (``tf_config`` writes one).
+``one_device`` places everything on the first GPU (or the CPU), ``default`` is TensorFlow's no-op
+strategy. ``auto``: ``mirrored`` when more than one GPU (or, with ``num_cpu_devices``, logical CPU
+device) is visible, else ``default``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 from typing import TYPE_CHECKING
+
+from keras_transformer import signals
 
 if TYPE_CHECKING:  # TensorFlow is imported where it is used: the lists below come without it
     import tensorflow as tf
@@ -73,7 +75,9 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
             json.loads(config)
         except json.JSONDecodeError as error:
             raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from error
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        signals.reclaim()  # its coordination service has just taken SIGTERM over
+        return strategy
     if name in ("one_device", "mirrored"):
         gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
         if name == "one_device":
@@ -131,6 +135,37 @@ def resolve_precision(name: str) -> str:
     if tf.config.list_physical_devices("GPU"):
         return "float32"
     return "bfloat16" if bfloat16_cpu() else "float32"
+
+
+def tf_config(workers, index: int) -> dict:
+    """The ``TF_CONFIG`` of worker ``index`` of a job whose workers are ``workers`` (``host:port``
+    each, the same list in the same order on every worker; worker 0 is the chief). Raises
+    ValueError naming a malformed or repeated address or an index outside the list."""
+    workers = [w.strip() for w in workers]
+    for address in workers:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"worker address {address!r} is not host:port (e.g. node1:2222)")
+    repeated = sorted({w for w in workers if workers.count(w) > 1})
+    if repeated:
+        raise ValueError(f"worker address {repeated[0]} is listed twice: each worker needs an "
+                         "address of its own (another port on the same host)")
+    if not workers:
+        raise ValueError("no worker addresses: list them as host:port,host:port")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(workers):
+        raise ValueError(f"index {index!r} is not a worker of {len(workers)} (0 to "
+                         f"{len(workers) - 1})")
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+
+
+def worker_count(strategy: tf.distribute.Strategy) -> int:
+    """How many processes (workers and chief) take part in ``strategy``'s steps: 1 unless it is a
+    multi-worker strategy with a cluster."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(resolver, "task_type", None):
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return sum(len(spec.get(job, ())) for job in ("chief", "worker")) or 1
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -17,7 +17,9 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import time
+import zlib
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
@@ -34,15 +36,28 @@ from keras_transformer.training.init_from import resolve as resolve_init_source
 from keras_transformer.training.init_from import restore as restore_init_source
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.step import TrainStep
-from keras_transformer.training.strategy import is_chief
+from keras_transformer.training.strategy import is_chief, worker_count
 from keras_transformer.weights import PRECISION_POLICIES, build_model, model_checkpoint
 
 RESUME_DATA = ("skip", "restart")
+# What every worker votes on in every step (the step sums the votes over all replicas, so the
+# workers of a multi-worker job stop and save at the same step): a signal it received, its own
+# clock running out of train_minutes, its checkpoint interval having elapsed.
+VOTES = ("sigterm", "sigint", "train_minutes", "save")
 
 
 class NonFiniteError(RuntimeError):
     """The loss or the weights became NaN or infinite; nothing after the last finite checkpoint
     was saved, averaged or exported."""
+
+
+class WorkerLostError(RuntimeError):
+    """Another worker of a multi-worker job is gone (killed, out of memory, its machine lost) and
+    took a collective with it. The job's last checkpoint is whole: the same command on every
+    worker resumes from it. ``exit_status`` 138 is what Kubeflow's training operator (the
+    ExitCode restart policy) reserves for a retryable error the program reports itself."""
+
+    exit_status = 138
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +168,7 @@ class Trainer:
         self.config = config
         self.strategy = strategy or tf.distribute.get_strategy()
         self.chief = is_chief(self.strategy)
+        self.workers = worker_count(self.strategy)
         # Fine-tuning's source, checked before anything is built; not needed (nor read) once the
         # run has checkpoints of its own.
         self.init_source = None
@@ -252,10 +268,12 @@ class Trainer:
 
         ``stop_reason`` is "train_steps", "train_minutes", "early_stopping" (then
         ``summary["early_stopping"]`` holds the metric, its best value and step, and the count
-        of evaluations without improvement), "peer_stopped" or a signal's. SIGTERM/SIGINT
+        of evaluations without improvement) or a signal's. SIGTERM/SIGINT
         (``keras_transformer.signals``) end training after the current step with a checkpoint,
         skip what would follow (dev evaluation, averaging) and set ``stop_reason`` to
-        "sigterm"/"sigint". Raises ``NonFiniteError`` if the loss or the weights become NaN/Inf:
+        "sigterm"/"sigint". On a multi-worker job every worker stops at the same step for the
+        same reason: a signal to any worker (each then behaves as if it had received it), or any
+        worker's clock. Raises ``NonFiniteError`` if the loss or the weights become NaN/Inf:
         nothing after the last finite checkpoint is saved, and it stays the latest.
         """
         config = self.config
@@ -269,6 +287,8 @@ class Trainer:
         restored = self.restore()
         if restored is None and self.init_source is not None:
             restore_init_source(self.model, self.init_source)
+        if self.workers > 1:
+            self._check_workers_agree(restored)
         self.early_stopping = self._early_stopping(restored, dev_dataset_fn)
         start_step = self.step
         skip_steps = start_step if config.resume_data == "skip" else 0
@@ -284,7 +304,33 @@ class Trainer:
         dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
                     if dev_dataset_fn else None)
         with signals.polled():
-            return self._loop(iterator, dev_data, callbacks, start_step, restored)
+            try:
+                return self._loop(iterator, dev_data, callbacks, start_step, restored)
+            except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+                if self.workers == 1:
+                    raise
+                first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+                raise WorkerLostError(
+                    f"another worker of the job is gone, after step {self.step} ({first_line}); "
+                    f"the last checkpoint, {self.checkpointer.latest or 'none yet'}, is whole: "
+                    "start every worker again with the same command to resume from it") from None
+
+    def _check_workers_agree(self, restored):
+        """Every worker must start from the chief's step and weights (each restores on its own:
+        from the chief's files, which on several machines need a shared file system). Two
+        collectives; a disagreement is the same ValueError on every worker, not a hang."""
+        fingerprint = 0
+        for variable in self.checkpoint_variables():
+            fingerprint = zlib.crc32(variable.numpy().tobytes(), fingerprint)
+        mine = [float(self.step), float(fingerprint)]
+        chiefs, _ = self.train_step.share(mine)
+        _, disagreeing = self.train_step.share([float(list(chiefs) != mine)])
+        if disagreeing[0] > 0:
+            raise ValueError(
+                f"the workers do not start from the same step and weights (the chief's step: "
+                f"{int(chiefs[0])}): every worker must read the chief's model_dir "
+                f"({self.config.model_dir}) and init_from; on several machines, from a shared "
+                "file system (NFS, GCS, S3) at the same path on every worker.")
 
     def _early_stopping(self, restored, dev_dataset_fn) -> Optional[EarlyStopping]:
         config = self.config
@@ -337,7 +383,11 @@ class Trainer:
         run["saved_step"] = step
 
     def _evaluate_unless_stopped(self, dev_data, step, callbacks):
-        """Dev evaluation that a signal ends at once; returns its logs, or None if stopped."""
+        """Dev evaluation that a signal ends at once; returns its logs, or None if stopped. On a
+        multi-worker job it is a collective that the workers must leave together: there a signal
+        waits for its end (and stops training at the next step's vote)."""
+        if self.workers > 1:
+            return self._evaluate(dev_data, step, callbacks)
         try:
             with signals.raising():
                 return self._evaluate(dev_data, step, callbacks)
@@ -365,10 +415,11 @@ class Trainer:
                 stop_reason = "early_stopping"  # a resumed run that had already stopped early
                 break
             out_of_time = budget is not None and time.monotonic() - started >= budget
-            stop_and_save = [float(bool(signals.received()) or out_of_time),
-                             float(self.checkpointer.due(step + 1))]
-            stats = {k: v.numpy()
-                     for k, v in self.train_step.step(iterator, stop_and_save).items()}
+            received = signals.received()
+            mine = {"sigterm": received == signal.SIGTERM, "sigint": received == signal.SIGINT,
+                    "train_minutes": out_of_time, "save": self.checkpointer.due(step + 1)}
+            stats = {k: v.numpy() for k, v in self.train_step.step(
+                iterator, [float(mine[name]) for name in VOTES]).items()}
             step += 1
             self.step_counter.assign(step)
             loss = float(stats["loss_sum"]) / max(float(stats["target_tokens"]), 1.0)
@@ -377,7 +428,11 @@ class Trainer:
             interval.add(stats)
             run["source_tokens"] += float(stats["source_tokens"])
             run["target_tokens"] += float(stats["target_tokens"])
-            stop, save_due = (bool(f > 0) for f in stats["stop_and_save"])
+            votes = {name: bool(total > 0) for name, total in zip(VOTES, stats["votes"])}
+            if votes["sigterm"] or votes["sigint"]:  # this worker's or a peer's: all stop as one
+                signals.received_by_peer(signal.SIGTERM if votes["sigterm"] else signal.SIGINT)
+            stop = votes["sigterm"] or votes["sigint"] or votes["train_minutes"]
+            save_due = votes["save"]
             is_last = stop or step == config.train_steps
             # The first step is shown too: it says how long building and compiling took.
             if step % config.log_every_steps == 0 or is_last or step == start_step + 1:
@@ -405,7 +460,7 @@ class Trainer:
                     break
             if stop:  # agreed by all replicas and workers through the step's votes
                 stop_reason = (signals.reason(signals.received()) if signals.received()
-                               else "train_minutes" if out_of_time else "peer_stopped")
+                               else "train_minutes")
                 break
             if save_due:
                 self._save(step, run)
@@ -416,9 +471,10 @@ class Trainer:
         if not signals.received():
             # The last stages end at once on a signal; the checkpoint above is what counts.
             try:
+                if dev_data is not None and run["dev_logs"].get("step") != step:
+                    run["dev_logs"] = (self._evaluate_unless_stopped(dev_data, step, callbacks)
+                                       or run["dev_logs"])
                 with signals.raising():
-                    if dev_data is not None and run["dev_logs"].get("step") != step:
-                        run["dev_logs"] = self._evaluate(dev_data, step, callbacks)
                     if config.ema_decay and self.chief:
                         run["ema"] = self.write_moving_average()
                     if config.average_last and self.chief:
@@ -470,6 +526,13 @@ class Trainer:
             logs["step"] = step
             for callback in callbacks:
                 callback.on_dev(step, logs)
+        if self.workers > 1:
+            # The dev BLEU is the chief's alone: the other workers take it from the chief, so
+            # that early stopping decides the same everywhere.
+            (has_bleu, bleu, chrf), _ = self.train_step.share(
+                [float("bleu" in logs), logs.get("bleu", 0.0), logs.get("chrf", 0.0)])
+            if has_bleu:
+                logs["bleu"], logs["chrf"] = float(bleu), float(chrf)
         return logs
 
     def write_moving_average(self) -> str:
@@ -501,7 +564,7 @@ class _Interval:
                 # float16 loss scaling skips overflowing steps: their norm is not a gradient's.
                 if math.isfinite(float(value)):
                     self.norms.append(float(value))
-            elif name != "stop_and_save":
+            elif name != "votes":
                 self.sums[name] = self.sums.get(name, 0.0) + float(value)
 
     def logs(self, now):
