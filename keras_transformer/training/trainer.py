@@ -13,6 +13,7 @@ Dataset functions take a ``tf.distribute.InputContext`` and return the per-repli
 pipeline's contract); the trainer repeats the training set forever.
 """
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -288,7 +289,8 @@ class Trainer:
         if restored is None and self.init_source is not None:
             restore_init_source(self.model, self.init_source)
         if self.workers > 1:
-            self._check_workers_agree(restored)
+            with self._peers_watched():
+                self._check_workers_agree(restored)
         self.early_stopping = self._early_stopping(restored, dev_dataset_fn)
         start_step = self.step
         skip_steps = start_step if config.resume_data == "skip" else 0
@@ -303,17 +305,22 @@ class Trainer:
         iterator = iter(self.strategy.distribute_datasets_from_function(repeated))
         dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
                     if dev_dataset_fn else None)
-        with signals.polled():
-            try:
-                return self._loop(iterator, dev_data, callbacks, start_step, restored)
-            except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
-                if self.workers == 1:
-                    raise
-                first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                raise WorkerLostError(
-                    f"another worker of the job is gone, after step {self.step} ({first_line}); "
-                    f"the last checkpoint, {self.checkpointer.latest or 'none yet'}, is whole: "
-                    "start every worker again with the same command to resume from it") from None
+        with signals.polled(), self._peers_watched():
+            return self._loop(iterator, dev_data, callbacks, start_step, restored)
+
+    @contextlib.contextmanager
+    def _peers_watched(self):
+        """A collective that a lost worker broke (on a multi-worker job) becomes WorkerLostError."""
+        try:
+            yield
+        except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
+            if self.workers == 1:
+                raise
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise WorkerLostError(
+                f"another worker of the job is gone, after step {self.step} ({first_line}); "
+                f"the last checkpoint, {self.checkpointer.latest or 'none yet'}, is whole: "
+                "start every worker again with the same command to resume from it") from None
 
     def _check_workers_agree(self, restored):
         """Every worker must start from the chief's step and weights (each restores on its own:
