@@ -158,11 +158,18 @@ def tf_config(workers, index: int) -> dict:
     return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
 
 
+def _task_resolver(strategy: tf.distribute.Strategy):
+    """The cluster resolver of a multi-worker strategy that names this process's task, else None
+    (one process: it is the whole job)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    return resolver if resolver is not None and getattr(resolver, "task_type", None) else None
+
+
 def worker_count(strategy: tf.distribute.Strategy) -> int:
     """How many processes (workers and chief) take part in ``strategy``'s steps: 1 unless it is a
     multi-worker strategy with a cluster."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not getattr(resolver, "task_type", None):
+    resolver = _task_resolver(strategy)
+    if resolver is None:
         return 1
     spec = resolver.cluster_spec().as_dict()
     return sum(len(spec.get(job, ())) for job in ("chief", "worker")) or 1
@@ -170,8 +177,8 @@ def worker_count(strategy: tf.distribute.Strategy) -> int:
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
     """True on the worker that writes checkpoints, summaries and the JSON report."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not getattr(resolver, "task_type", None):
+    resolver = _task_resolver(strategy)
+    if resolver is None:
         return True
     task_type, task_id = resolver.task_type, resolver.task_id
     if task_type == "chief":
