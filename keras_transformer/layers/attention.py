@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.layers.dense import Dense
 from keras_transformer.layers.dropout import Dropout
 
 # Masked scores are set to this instead of -inf (section 3.2.3) so that a row with every key masked
@@ -78,10 +79,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_k = d_k or d_model // num_heads
         self.d_v = d_v or d_model // num_heads
         self.attention_dropout = attention_dropout
-        self.query_projection = keras.layers.Dense(num_heads * self.d_k, name="query", dtype=self.dtype_policy)
-        self.key_projection = keras.layers.Dense(num_heads * self.d_k, name="key", dtype=self.dtype_policy)
-        self.value_projection = keras.layers.Dense(num_heads * self.d_v, name="value", dtype=self.dtype_policy)
-        self.output_projection = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
+        self.query_projection = Dense(num_heads * self.d_k, name="query", dtype=self.dtype_policy)
+        self.key_projection = Dense(num_heads * self.d_k, name="key", dtype=self.dtype_policy)
+        self.value_projection = Dense(num_heads * self.d_v, name="value", dtype=self.dtype_policy)
+        self.output_projection = Dense(d_model, name="output", dtype=self.dtype_policy)
         self.weights_dropout = Dropout(attention_dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, key_value_shape=None):
