@@ -3,10 +3,11 @@
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.layers.dense import Dense
+from keras_transformer.layers.dense import Dense, affine
 from keras_transformer.layers.dropout import Dropout
 
 # Masked scores are set to this instead of -inf (section 3.2.3) so that a row with every key masked
@@ -101,11 +102,25 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, depth)), (0, 2, 1, 3))
 
+    def _project(self, x, projections):
+        """The ``projections`` (Dense layers) of ``x`` [batch, length, d_model] as one matmul
+        with their kernels side by side, each split into heads: [batch, heads, length, depth]
+        per projection. The variables stay the separate layers' own (their checkpoints)."""
+        kernel = ops.concatenate([ops.cast(p.kernel, self.compute_dtype) for p in projections], 1)
+        bias = ops.concatenate([ops.cast(p.bias, self.compute_dtype) for p in projections], 0)
+        fused = affine(x, kernel, bias, dtype=self.compute_dtype)
+        depths = [p.units // self.num_heads for p in projections]
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        if len(set(depths)) == 1:  # one transpose for all: [n, batch, heads, length, depth]
+            fused = ops.reshape(fused, (batch, length, len(projections), self.num_heads, depths[0]))
+            fused = ops.transpose(fused, (2, 0, 3, 1, 4))
+            return ops.unstack(fused, num=len(projections), axis=0)  # its gradient: one stack
+        parts = ops.split(fused, list(np.cumsum([p.units for p in projections])[:-1]), axis=-1)
+        return [self._split_heads(part, depth) for part, depth in zip(parts, depths)]
+
     def _project_key_value(self, key_value):
-        return {
-            "key": self._split_heads(self.key_projection(key_value), self.d_k),
-            "value": self._split_heads(self.value_projection(key_value), self.d_v),
-        }
+        key, value = self._project(key_value, (self.key_projection, self.value_projection))
+        return {"key": key, "value": value}
 
     def _attend(self, q, key, value, attention_mask, training):
         return scaled_dot_product_attention(
@@ -119,9 +134,13 @@ class MultiHeadAttention(keras.layers.Layer):
         query_length, key_length] -> outputs [batch, query_length, d_model]; with
         ``return_attention_weights`` also the weights [batch, heads, query_length, key_length]
         (as Keras's ``return_attention_scores``)."""
-        q = self._split_heads(self.query_projection(query), self.d_k)
-        kv = self._project_key_value(query if key_value is None else key_value)
-        outputs, weights = self._attend(q, kv["key"], kv["value"], attention_mask, training)
+        if key_value is None:  # Q, K and V of one input: one matmul
+            q, key, value = self._project(query, (self.query_projection, self.key_projection,
+                                                  self.value_projection))
+        else:
+            q = self._split_heads(self.query_projection(query), self.d_k)
+            key, value = self._project(key_value, (self.key_projection, self.value_projection))
+        outputs, weights = self._attend(q, key, value, attention_mask, training)
         batch, length = ops.shape(outputs)[0], ops.shape(outputs)[2]
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)),
                               (batch, length, self.num_heads * self.d_v))
@@ -155,7 +174,8 @@ class MultiHeadAttention(keras.layers.Layer):
         ``attention_mask`` (``masks.cache_step_mask``) hides the slots after ``index``.
         """
         q = self._split_heads(self.query_projection(query), self.d_k)
-        step = self._project_key_value(query)
+        step = {"key": self._split_heads(self.key_projection(query), self.d_k),
+                "value": self._split_heads(self.value_projection(query), self.d_v)}
         if grow_cache:
             kv = {name: ops.concatenate([cache[name], ops.cast(step[name], cache[name].dtype)], axis=2)
                   for name in ("key", "value")}
