@@ -151,11 +151,11 @@ class MultiHeadAttention(keras.layers.Layer):
         key, value = self._project(key_value, (self.key_projection, self.value_projection))
         return {"key": key, "value": value}
 
-    def _attend(self, q, key, value, attention_mask, training):
+    def _attend(self, q, key, value, attention_mask, training, query_scaled=True):
         return scaled_dot_product_attention(
             q, key, value, attention_mask,
             weights_dropout=lambda w: self.weights_dropout(w, training=training),
-            query_scaled=True)
+            query_scaled=query_scaled)
 
     def call(self, query, key_value=None, attention_mask=None, training=None,
              return_attention_weights=False):
@@ -203,7 +203,8 @@ class MultiHeadAttention(keras.layers.Layer):
         ``index`` of the fixed buffers, one shape for every step as XLA needs;
         ``attention_mask`` (``masks.cache_step_mask``) hides the slots after ``index``.
         """
-        q = self._split_heads(self._query(query), self.d_k)
+        # One decoding step: the plain projection (no per-step rescaling of the weights).
+        q = self._split_heads(self.query_projection(query), self.d_k)
         step = {"key": self._split_heads(self.key_projection(query), self.d_k),
                 "value": self._split_heads(self.value_projection(query), self.d_v)}
         if grow_cache:
@@ -216,7 +217,8 @@ class MultiHeadAttention(keras.layers.Layer):
             written = ops.reshape(ops.equal(ops.arange(max_length), index), (1, 1, max_length, 1))
             kv = {name: ops.where(written, ops.cast(step[name], cache[name].dtype), cache[name])
                   for name in ("key", "value")}
-        outputs, _ = self._attend(q, kv["key"], kv["value"], attention_mask, training)
+        outputs, _ = self._attend(q, kv["key"], kv["value"], attention_mask, training,
+                                  query_scaled=False)
         outputs = ops.reshape(outputs, (-1, self.num_heads * self.d_v))
         return self.output_projection(outputs), kv
 
@@ -229,10 +231,10 @@ class MultiHeadAttention(keras.layers.Layer):
         A sentence's rows become the query rows of one [beams, d_k] x [d_k, memory_length]
         product per head, so its keys are never copied per beam."""
         sentences = ops.shape(memory_cache["key"])[0]
-        q = ops.reshape(self._query(query), (sentences, -1, self.num_heads, self.d_k))
+        q = ops.reshape(self.query_projection(query), (sentences, -1, self.num_heads, self.d_k))
         q = ops.transpose(q, (0, 2, 1, 3))  # [sentences, heads, beams, d_k]
         outputs, _ = self._attend(q, memory_cache["key"], memory_cache["value"], attention_mask,
-                                  training)
+                                  training, query_scaled=False)
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), (-1, self.num_heads * self.d_v))
         return self.output_projection(outputs)
 
