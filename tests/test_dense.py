@@ -44,6 +44,16 @@ def test_dense_equals_keras_dense_with_gradients(shape, activation, dtype):
     assert ours(x).shape == shape[:-1] + (16,)
 
 
+def test_an_input_of_unknown_last_axis_in_a_graph():
+    """As the uncached search's memory reaches attention: [None, None, None] at tracing."""
+    ours = Dense(16, activation="relu")
+    ours.build((None, 8))
+    x = RNG.normal(size=(2, 3, 8)).astype("float32")
+    traced = tf.function(ours, input_signature=[tf.TensorSpec((None, None, None), tf.float32)])
+    np.testing.assert_allclose(traced(x), ours(x), atol=1e-6)
+    assert traced.get_concrete_function().structured_outputs.shape.as_list() == [None, None, 16]
+
+
 def test_other_activations_are_refused():
     with pytest.raises(ValueError, match="activation"):
         Dense(4, activation="gelu")

@@ -34,7 +34,8 @@ def affine(inputs, kernel, bias=None, relu=False, dtype=None):
     the shape of ``inputs`` with its last axis of ``kernel``'s width."""
     dtype = dtype or inputs.dtype
     kernel = ops.cast(kernel, dtype)
-    rows = inputs if len(inputs.shape) == 2 else tf.reshape(inputs, (-1, inputs.shape[-1]))
+    # The kernel's static width, not the input's: an input's last axis may be unknown in a graph.
+    rows = inputs if len(inputs.shape) == 2 else tf.reshape(inputs, (-1, kernel.shape[0]))
     outputs = tf.matmul(ops.cast(rows, dtype), kernel)
     if bias is not None:
         outputs = tf.nn.bias_add(outputs, ops.cast(bias, dtype))
