@@ -10,8 +10,8 @@ from keras import ops
 from keras_transformer.layers.dense import Dense, affine
 from keras_transformer.layers.dropout import Dropout
 
-# Masked scores are set to this instead of -inf (section 3.2.3) so that a row with every key masked
-# (an empty source sentence) gives uniform weights rather than NaN.
+# Added to masked scores instead of -inf (section 3.2.3) so that a row with every key masked (an
+# empty source sentence) gives (nearly) uniform weights rather than NaN.
 _MASKED_SCORE = -1e9
 
 
