@@ -5,6 +5,7 @@ real batches, every op put in a category (matmuls, loss over the vocabulary, dro
     python -m benchmarks.profile_step                              # small and base, fp32 and bf16
     python -m benchmarks.profile_step --presets=small --precisions=float32 --top_ops=20
     python -m benchmarks.profile_step --smoke --output=/tmp/profile.md   # seconds
+    python -m benchmarks.profile_step --main_job --precisions=float32,bfloat16   # the main job's step
 
 For each configuration: one untraced pass over --batches real token-budget batches (tracing),
 then --profiled_passes passes under ``tf.profiler.experimental``. The trace (an XSpace protobuf,
@@ -50,6 +51,8 @@ flags.DEFINE_integer("top_ops", 12, "Most expensive single ops listed per config
 flags.DEFINE_string("logdir", None, "Where the traces go (default a temporary directory).")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "profile.md"), "Markdown output "
                     "(the JSON goes next to it).")
+flags.DEFINE_bool("main_job", False, "Profile the main job's step instead of --presets: its preset, "
+                  "model options, corpus and batch size (benchmarks.common.MAIN_JOB).")
 flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny preset, float32, one "
                   "small batch).")
 
@@ -243,8 +246,8 @@ def pipeline_cpu_seconds(config, tokenizer, count):
     return (time.process_time() - cpu) / count, (time.perf_counter() - wall) / count
 
 
-def measure(preset, precision, vocab_size, batches, logdir):
-    _, _, step = common.train_step(preset, precision, vocab_size)
+def measure(preset, precision, vocab_size, batches, logdir, overrides=None):
+    _, _, step = common.train_step(preset, precision, vocab_size, overrides=overrides)
     wall, by_category, by_op, concurrency = profile(step, batches, FLAGS.profiled_passes, logdir)
     every, once = host_sync_ab(step, batches, FLAGS.sync_rounds)
     return {"preset": preset, "precision": precision, "step_seconds_profiled": wall,
@@ -269,9 +272,13 @@ def markdown(result):
     lines = [
         f"Machine: {machine['cpu']}, {machine['cpus']} CPUs; TensorFlow {machine['tensorflow']}; "
         f"{machine['date']}; load average at the start {machine['load_average'][0]}. Command: "
-        f"`python -m benchmarks.profile_step` ({result['batches']} real batches of "
+        f"`python -m benchmarks.profile_step{' --main_job' if result.get('model_options') else ''}` "
+        f"({result['batches']} real batches of "
         f"{result['data']['dataset']} train, {result['data']['token_budget']:,} tokens per side, "
-        f"vocabulary {result['data']['vocab_size']:,}; TrainStep without XLA; "
+        f"vocabulary {result['data']['vocab_size']:,}; "
+        + (f"the main job's model options {result['model_options']}; "
+           if result.get("model_options") else "")
+        + "TrainStep without XLA; "
         f"{result['profiled_passes']} profiled pass(es)).",
         "",
         "Share of the profiled wall time per category (each instant split among the ops running "
@@ -323,6 +330,12 @@ def kept_notes(path) -> str:
 def main(argv):
     del argv  # console.run has refused stray arguments
     presets, precisions, count, overrides = FLAGS.presets, FLAGS.precisions, FLAGS.batches, {}
+    model_options = None
+    if FLAGS.main_job:
+        job = common.MAIN_JOB
+        presets = [job["preset"]]
+        overrides = {key: job[key] for key in ("dataset", "vocab_size", "token_budget", "max_length")}
+        model_options = {key: job[key] for key in ("norm_first", "dropout_rate")}
     if FLAGS.smoke:  # bfloat16 takes the same code path
         presets, precisions, count = ["tiny"], ["float32"], 1
         overrides = dict(token_budget=256, vocab_size=512)
@@ -337,12 +350,12 @@ def main(argv):
     for preset in presets:
         for precision in precisions:
             row = measure(preset, precision, tokenizer.vocab_size, batches,
-                          os.path.join(logdir, f"{preset}_{precision}"))
+                          os.path.join(logdir, f"{preset}_{precision}"), model_options)
             rows.append(row)
             top = sorted(row["categories"].items(), key=lambda kv: -kv[1])[:4]
             print(f"  {preset} {precision}: {row['step_seconds_profiled']:.3f} s/step; " + ", ".join(
                 f"{name} {percent(s, row['step_seconds_profiled'])}" for name, s in top), flush=True)
-    result = {"machine": common.machine(), "batches": count,
+    result = {"machine": common.machine(), "batches": count, "model_options": model_options,
               "profiled_passes": FLAGS.profiled_passes,
               "data": {"dataset": config.dataset, "token_budget": config.token_budget,
                        "vocab_size": tokenizer.vocab_size, **padding},

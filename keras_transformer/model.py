@@ -7,6 +7,7 @@ from keras import ops
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import masks
+from keras_transformer.layers.attention import score_bias
 from keras_transformer.layers.decoder import Decoder
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.embedding import (LearnedPositionalEmbedding, SharedEmbedding,
@@ -178,14 +179,15 @@ class Transformer(keras.Model):
           (``max_decode_length=None``; each step then touches only the steps so far: the fastest
           without XLA), or zero buffers of ``max_decode_length`` steps written in place (one shape
           for every step, as XLA needs; then call ``decode_step(..., grow_cache=False)``).
-        - ``memory_cache``, one row per sentence: ``{"mask": memory_mask, "layer_i": {"key",
-          "value"}}``, the encoder output projected once. Every hypothesis of a sentence shares
+        - ``memory_cache``, one row per sentence: ``{"mask": the memory mask as float32 to add to
+          the scores (``attention.score_bias``), "layer_i": {"key", "value"}}``, the encoder
+          output projected once, the mask converted once. Every hypothesis of a sentence shares
           it: ``decode_step`` accepts several adjacent rows of ids per memory row, so a beam
           search never copies or reorders it.
         """
         batch = ops.shape(memory)[0]
         return (self.decoder.initial_cache(batch, max_decode_length),
-                {"mask": memory_mask, **self.decoder.memory_cache(memory)})
+                {"mask": score_bias(memory_mask), **self.decoder.memory_cache(memory)})
 
     def step_weights(self):
         """What every ``decode_step`` of a search reads, derived from the weights once per search

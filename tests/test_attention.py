@@ -70,6 +70,51 @@ def test_multi_head_attention_equals_keras(d_k, d_v):
     np.testing.assert_allclose(ours_weights, theirs_weights, atol=1e-6)
 
 
+def keras_weight_gradients_as_ours(ours, gradients):
+    """keras.layers.MultiHeadAttention's weight gradients, reshaped to our layers' variables."""
+    shapes = [v.shape for p in (ours.query_projection, ours.key_projection, ours.value_projection,
+                                ours.output_projection) for v in p.trainable_variables]
+    return [np.reshape(g, shape) for g, shape in zip(gradients, shapes)]
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+@pytest.mark.parametrize("d_k,d_v", [(None, None), (4, 12)])
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_attention_and_its_gradients_equal_keras(self_attention, d_k, d_v, dtype):
+    """Q, K and V are projected by one matmul of the kernels side by side (K and V for the
+    memory): the same outputs and gradients (inputs and every weight) as Keras' layer."""
+    import tensorflow as tf
+
+    ours = MultiHeadAttention(num_heads=4, d_model=32, d_k=d_k, d_v=d_v, dtype=dtype)
+    query = tf.constant(RNG.normal(size=(2, 5, 32)).astype("float32"))
+    memory = query if self_attention else tf.constant(RNG.normal(size=(2, 6, 32)).astype("float32"))
+    ids = np.array([[3, 4, 5, 6, 7, 8], [3, 4, 5, 0, 0, 0]])[:, :memory.shape[1]]
+    mask = np.asarray(padding_mask(ids)) & (np.asarray(look_ahead_mask(5)) if self_attention
+                                            else True)
+    ours(query, None if self_attention else memory, attention_mask=mask)
+    theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=ours.d_k, value_dim=ours.d_v,
+                                             dtype=dtype)
+    theirs.build(query.shape, memory.shape)
+    copy_into_keras_attention(ours, theirs)
+    keras_mask = np.broadcast_to(mask[:, 0], (2, 5, memory.shape[1]))
+
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([query, memory])
+        y_ours = tf.cast(ours(query, None if self_attention else memory, attention_mask=mask),
+                         tf.float32)
+        y_theirs = tf.cast(theirs(query, memory, attention_mask=keras_mask), tf.float32)
+        loss_ours, loss_theirs = (tf.reduce_sum(y * tf.sin(y)) for y in (y_ours, y_theirs))
+    inputs = [query] if self_attention else [query, memory]
+    g_ours = tape.gradient(loss_ours, inputs + ours.trainable_variables)
+    g_theirs = tape.gradient(loss_theirs, inputs + theirs.trainable_variables)
+    g_theirs = g_theirs[:len(inputs)] + keras_weight_gradients_as_ours(ours, g_theirs[len(inputs):])
+    tolerance = 1e-5 if dtype == "float32" else 3e-2
+    np.testing.assert_allclose(y_ours, y_theirs, atol=tolerance * np.abs(y_theirs).max())
+    for a, b in zip(g_ours, g_theirs):
+        b = np.asarray(b)
+        np.testing.assert_allclose(np.asarray(a), b, atol=tolerance * max(1.0, np.abs(b).max()))
+
+
 def test_incremental_self_attention_with_fixed_cache_equals_causal_attention():
     layer = MultiHeadAttention(num_heads=2, d_model=16)
     x = RNG.normal(size=(3, 5, 16)).astype("float32")

@@ -56,3 +56,32 @@ def test_optimizer_is_the_papers_adam():
 def test_schedule_rejects_bad_values(kwargs):
     with pytest.raises(ValueError, match="TransformerSchedule"):
         TransformerSchedule(**kwargs)
+
+
+def test_the_fused_adam_update_equals_keras_adam():
+    """SummedGradientsAdam applies Adam with TensorFlow's fused kernel: the same weights and
+    moments as keras.optimizers.Adam after several updates (inside tf.function, as training)."""
+    import tensorflow as tf
+
+    from keras_transformer.training.schedule import SummedGradientsAdam
+
+    rng = np.random.default_rng(0)
+    initial = [rng.normal(size=shape).astype("float32") for shape in ((5, 3), (3,))]
+    results = []
+    for cls in (SummedGradientsAdam, keras.optimizers.Adam):
+        weights = [keras.Variable(value) for value in initial]
+        optimizer = cls(learning_rate=TransformerSchedule(16, 4), beta_1=0.9, beta_2=0.98,
+                        epsilon=1e-9)
+        optimizer.build(weights)
+        apply = tf.function(lambda grads: optimizer.apply(grads, weights))
+        for step in range(4):
+            grads = [tf.constant(np.sin(value * (step + 1)), tf.float32) for value in initial]
+            apply(grads)
+        graph = apply.get_concrete_function(grads).graph
+        fused = [op for op in graph.get_operations() if op.type == "ResourceApplyAdam"]
+        assert len(fused) == (2 if cls is SummedGradientsAdam else 0)
+        results.append([np.asarray(v) for v in weights + optimizer.variables[1:]])
+    assert len(results[0]) == len(results[1]) == 6  # the weights, then the moments
+    for ours, theirs in zip(*results):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)  # updates are ~1e-2
+    assert not np.allclose(results[0][0], initial[0])

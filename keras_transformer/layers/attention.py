@@ -3,41 +3,57 @@
 import math
 
 import keras
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from keras_transformer.layers.dense import Dense, affine
 from keras_transformer.layers.dropout import Dropout
 
-# Masked scores are set to this instead of -inf (section 3.2.3) so that a row with every key masked
-# (an empty source sentence) gives uniform weights rather than NaN.
+# Added to masked scores instead of -inf (section 3.2.3) so that a row with every key masked (an
+# empty source sentence) gives (nearly) uniform weights rather than NaN.
 _MASKED_SCORE = -1e9
 
 
-def scaled_dot_product_attention(query, key, value, mask=None, weights_dropout=None):
+def scaled_dot_product_attention(query, key, value, mask=None, weights_dropout=None,
+                                 query_scaled=False):
     """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, Eq. (1).
 
     Args:
       query: [..., query_length, d_k]. key: [..., key_length, d_k]. value: [..., key_length, d_v].
-      mask: optional bool, broadcastable to [..., query_length, key_length]; True = may attend.
+      mask: optional, broadcastable to [..., query_length, key_length]: bool (True = may attend),
+        or float32 added to the scores (``score_bias``: 0 where allowed, very negative elsewhere).
       weights_dropout: optional callable applied to the attention weights before they weight the
         values (attention dropout; the paper's base model does not use it).
+      query_scaled: ``query`` is already divided by sqrt(d_k) (``MultiHeadAttention`` folds the
+        division into its query projection, a [d_model, h * d_k] matrix instead of the scores).
 
     Returns:
       (outputs [..., query_length, d_v], weights [..., query_length, key_length]); each row of
       ``weights`` sums to 1 and is 0 at masked keys.
     """
-    d_k = query.shape[-1]
-    scores = ops.matmul(query, ops.swapaxes(key, -1, -2)) / ops.cast(math.sqrt(d_k), query.dtype)
+    if not query_scaled:
+        query = query / ops.cast(math.sqrt(query.shape[-1]), query.dtype)
+    scores = tf.matmul(query, key, transpose_b=True)
     # Softmax in float32: under mixed precision the exponentials of bf16/fp16 scores lose too much.
     scores = ops.cast(scores, "float32")
     if mask is not None:
-        scores = ops.where(mask, scores, _MASKED_SCORE)
+        # An addition rather than a select: no second pass in the backward pass.
+        scores = scores + (score_bias(mask) if mask.dtype == tf.bool else mask)
     # tf.nn.softmax, not keras.ops.softmax: the first step of cached decoding attends over one
     # key, and Keras warns about every softmax over an axis of size 1 (correct here: weight 1).
     weights = ops.cast(tf.nn.softmax(scores, axis=-1), value.dtype)
     if weights_dropout is not None:
         weights = weights_dropout(weights)
     return ops.matmul(weights, value), weights
+
+
+def score_bias(mask):
+    """A bool attention mask (True = may attend) as float32 to add to the scores: 0 where allowed,
+    ``_MASKED_SCORE`` elsewhere. Computed on the mask's own shape (one row per sentence, not per
+    head). A row whose keys are all masked gets scores of about ``_MASKED_SCORE`` everywhere:
+    nearly uniform weights, no NaN."""
+    return tf.where(tf.convert_to_tensor(mask), 0.0, _MASKED_SCORE)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -78,10 +94,10 @@ class MultiHeadAttention(keras.layers.Layer):
         self.d_k = d_k or d_model // num_heads
         self.d_v = d_v or d_model // num_heads
         self.attention_dropout = attention_dropout
-        self.query_projection = keras.layers.Dense(num_heads * self.d_k, name="query", dtype=self.dtype_policy)
-        self.key_projection = keras.layers.Dense(num_heads * self.d_k, name="key", dtype=self.dtype_policy)
-        self.value_projection = keras.layers.Dense(num_heads * self.d_v, name="value", dtype=self.dtype_policy)
-        self.output_projection = keras.layers.Dense(d_model, name="output", dtype=self.dtype_policy)
+        self.query_projection = Dense(num_heads * self.d_k, name="query", dtype=self.dtype_policy)
+        self.key_projection = Dense(num_heads * self.d_k, name="key", dtype=self.dtype_policy)
+        self.value_projection = Dense(num_heads * self.d_v, name="value", dtype=self.dtype_policy)
+        self.output_projection = Dense(d_model, name="output", dtype=self.dtype_policy)
         self.weights_dropout = Dropout(attention_dropout, dtype=self.dtype_policy)
 
     def build(self, query_shape, key_value_shape=None):
@@ -100,16 +116,46 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         return ops.transpose(ops.reshape(x, (batch, length, self.num_heads, depth)), (0, 2, 1, 3))
 
-    def _project_key_value(self, key_value):
-        return {
-            "key": self._split_heads(self.key_projection(key_value), self.d_k),
-            "value": self._split_heads(self.value_projection(key_value), self.d_v),
-        }
+    def _weights_of(self, projection):
+        """(kernel, bias) of a projection in the compute dtype; the query's divided by
+        sqrt(d_k), the scale of Eq. (1), so the scores need no division."""
+        kernel = ops.cast(projection.kernel, self.compute_dtype)
+        bias = ops.cast(projection.bias, self.compute_dtype)
+        if projection is self.query_projection:
+            scale = ops.cast(1.0 / math.sqrt(self.d_k), self.compute_dtype)
+            kernel, bias = kernel * scale, bias * scale
+        return kernel, bias
 
-    def _attend(self, q, key, value, attention_mask, training):
+    def _query(self, x):
+        """The scaled queries of ``x`` (``_weights_of``), [batch, length | rows, h * d_k]."""
+        return affine(x, *self._weights_of(self.query_projection), dtype=self.compute_dtype)
+
+    def _project(self, x, projections):
+        """The ``projections`` (Dense layers) of ``x`` [batch, length, d_model] as one matmul
+        with their kernels side by side, each split into heads: [batch, heads, length, depth]
+        per projection. The variables stay the separate layers' own (their checkpoints)."""
+        weights = [self._weights_of(p) for p in projections]
+        kernel = ops.concatenate([kernel for kernel, _ in weights], 1)
+        bias = ops.concatenate([bias for _, bias in weights], 0)
+        fused = affine(x, kernel, bias, dtype=self.compute_dtype)
+        depths = [p.units // self.num_heads for p in projections]
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        if len(set(depths)) == 1:  # one transpose for all: [n, batch, heads, length, depth]
+            fused = ops.reshape(fused, (batch, length, len(projections), self.num_heads, depths[0]))
+            fused = ops.transpose(fused, (2, 0, 3, 1, 4))
+            return ops.unstack(fused, num=len(projections), axis=0)  # its gradient: one stack
+        parts = ops.split(fused, list(np.cumsum([p.units for p in projections])[:-1]), axis=-1)
+        return [self._split_heads(part, depth) for part, depth in zip(parts, depths)]
+
+    def _project_key_value(self, key_value):
+        key, value = self._project(key_value, (self.key_projection, self.value_projection))
+        return {"key": key, "value": value}
+
+    def _attend(self, q, key, value, attention_mask, training, query_scaled=True):
         return scaled_dot_product_attention(
             q, key, value, attention_mask,
-            weights_dropout=lambda w: self.weights_dropout(w, training=training))
+            weights_dropout=lambda w: self.weights_dropout(w, training=training),
+            query_scaled=query_scaled)
 
     def call(self, query, key_value=None, attention_mask=None, training=None,
              return_attention_weights=False):
@@ -118,9 +164,13 @@ class MultiHeadAttention(keras.layers.Layer):
         query_length, key_length] -> outputs [batch, query_length, d_model]; with
         ``return_attention_weights`` also the weights [batch, heads, query_length, key_length]
         (as Keras's ``return_attention_scores``)."""
-        q = self._split_heads(self.query_projection(query), self.d_k)
-        kv = self._project_key_value(query if key_value is None else key_value)
-        outputs, weights = self._attend(q, kv["key"], kv["value"], attention_mask, training)
+        if key_value is None:  # Q, K and V of one input: one matmul
+            q, key, value = self._project(query, (self.query_projection, self.key_projection,
+                                                  self.value_projection))
+        else:
+            q = self._split_heads(self._query(query), self.d_k)
+            key, value = self._project(key_value, (self.key_projection, self.value_projection))
+        outputs, weights = self._attend(q, key, value, attention_mask, training)
         batch, length = ops.shape(outputs)[0], ops.shape(outputs)[2]
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)),
                               (batch, length, self.num_heads * self.d_v))
@@ -153,8 +203,10 @@ class MultiHeadAttention(keras.layers.Layer):
         ``index`` of the fixed buffers, one shape for every step as XLA needs;
         ``attention_mask`` (``masks.cache_step_mask``) hides the slots after ``index``.
         """
+        # One decoding step: the plain projection (no per-step rescaling of the weights).
         q = self._split_heads(self.query_projection(query), self.d_k)
-        step = self._project_key_value(query)
+        step = {"key": self._split_heads(self.key_projection(query), self.d_k),
+                "value": self._split_heads(self.value_projection(query), self.d_v)}
         if grow_cache:
             kv = {name: ops.concatenate([cache[name], ops.cast(step[name], cache[name].dtype)], axis=2)
                   for name in ("key", "value")}
@@ -165,7 +217,8 @@ class MultiHeadAttention(keras.layers.Layer):
             written = ops.reshape(ops.equal(ops.arange(max_length), index), (1, 1, max_length, 1))
             kv = {name: ops.where(written, ops.cast(step[name], cache[name].dtype), cache[name])
                   for name in ("key", "value")}
-        outputs, _ = self._attend(q, kv["key"], kv["value"], attention_mask, training)
+        outputs, _ = self._attend(q, kv["key"], kv["value"], attention_mask, training,
+                                  query_scaled=False)
         outputs = ops.reshape(outputs, (-1, self.num_heads * self.d_v))
         return self.output_projection(outputs), kv
 
@@ -181,7 +234,7 @@ class MultiHeadAttention(keras.layers.Layer):
         q = ops.reshape(self.query_projection(query), (sentences, -1, self.num_heads, self.d_k))
         q = ops.transpose(q, (0, 2, 1, 3))  # [sentences, heads, beams, d_k]
         outputs, _ = self._attend(q, memory_cache["key"], memory_cache["value"], attention_mask,
-                                  training)
+                                  training, query_scaled=False)
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)), (-1, self.num_heads * self.d_v))
         return self.output_projection(outputs)
 

@@ -2,6 +2,7 @@
 
 import keras
 
+from keras_transformer.layers.dense import Dense
 from keras_transformer.layers.dropout import Dropout
 
 
@@ -24,9 +25,9 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.d_model = d_model
         self.d_ff = d_ff
         self.relu_dropout = relu_dropout
-        self.inner = keras.layers.Dense(d_ff, activation="relu", name="inner", dtype=self.dtype_policy)
+        self.inner = Dense(d_ff, activation="relu", name="inner", dtype=self.dtype_policy)
         self.hidden_dropout = Dropout(relu_dropout, dtype=self.dtype_policy)
-        self.outer = keras.layers.Dense(d_model, name="outer", dtype=self.dtype_policy)
+        self.outer = Dense(d_model, name="outer", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.inner.build(input_shape)

@@ -6,6 +6,7 @@ import keras
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import PositionwiseFeedForward
+from keras_transformer.layers.layer_norm import LayerNormalization
 
 
 def sublayer_connection(x, sublayer, layer_norm, dropout, norm_first, training=None):
@@ -66,8 +67,8 @@ class TransformerLayer(keras.layers.Layer):
                                        dtype=self.dtype_policy)
 
     def _norm(self, name):
-        return keras.layers.LayerNormalization(epsilon=self._layer_config["layer_norm_epsilon"],
-                                               name=name, dtype=self.dtype_policy)
+        return LayerNormalization(epsilon=self._layer_config["layer_norm_epsilon"], name=name,
+                                  dtype=self.dtype_policy)
 
     def _dropout(self):
         """Residual dropout (section 5.4), on each sub-layer's output before the residual sum."""
@@ -107,7 +108,7 @@ class TransformerStack(keras.layers.Layer):
         self.layer_config = dict(layer_config)
         self.layers = [self.layer_class(**self.layer_config, name=f"layer_{i}", dtype=self.dtype_policy)
                        for i in range(num_layers)]
-        self.final_norm = (keras.layers.LayerNormalization(
+        self.final_norm = (LayerNormalization(
             epsilon=self.layer_config["layer_norm_epsilon"], name="final_norm", dtype=self.dtype_policy)
             if self.layer_config["norm_first"] else None)
 
