@@ -10,8 +10,9 @@ Runs, each in a fresh process (so each measures its own memory and thread pools)
 * ``benchmarks.training_throughput``: the float32 and bfloat16 matmul peaks, then training
   tokens/s and model FLOP/s of ``small`` and ``base`` in float32 / bfloat16, XLA off / on, on
   real token-budget batches, and of the main job's model;
-* ``benchmarks.profile_step``: where a training step's time goes (TensorFlow's profiler), so that
-  each missed training goal of the targets table names the largest items besides the matmuls;
+* ``benchmarks.profile_step --main_job``: where the main job's training step goes (TensorFlow's
+  profiler), so that its missed goals in the targets table name the largest items besides the
+  matmuls;
 * ``benchmarks.decoding``: greedy and beam 4 on real test sentences (cache on/off, XLA on/off,
   batch sizes), decode time vs output length, and CTranslate2 float32 on the same weights;
 * ``benchmarks.input_pipeline``: tokenization + bucketing speed.
@@ -63,6 +64,8 @@ def run_part(part, output_dir):
         command.append("--smoke")
     if FLAGS.data_dir:
         command.append(f"--data_dir={FLAGS.data_dir}")
+    if part == "profile_step" and not FLAGS.smoke:  # the step users train on these machines
+        command.append("--main_job")
     if part == "decoding" and FLAGS.model_dir:
         command += [f"--model_dir={FLAGS.model_dir}", f"--checkpoint={FLAGS.checkpoint}"]
     print(f"\n=== {part}: {' '.join(command[1:])} ===", flush=True)

@@ -4,9 +4,10 @@ training run with an earlier one (no flags here, so tests and other programs can
 from benchmarks import common
 
 # Training goals as ratios measured in one run on one machine: model FLOP/s of the training step
-# over the matmul peak of the same precision.
+# over the matmul peak of the same precision. "mini" is the main job's model (its rows only).
 TRAINING_TARGETS = {("small", "float32"): 0.60, ("base", "float32"): 0.75,
-                    ("small", "bfloat16"): 0.60, ("base", "bfloat16"): 0.75}
+                    ("small", "bfloat16"): 0.60, ("base", "bfloat16"): 0.75,
+                    ("mini", "float32"): 0.55, ("mini", "bfloat16"): 0.45}
 # Beam 4: our sentences/s over CTranslate2 float32's, same weights and number of threads.
 CTRANSLATE2_SPEED_TARGET = 0.8
 IDENTICAL_TARGET = 0.99

@@ -16,8 +16,9 @@ step and the padding fraction are reported. Every configuration first runs once 
 (tracing; XLA compiles one program per padded shape), then --runs timed passes; a row gives the
 median, min and max over the passes of the time per step.
 
---main_job adds a row for the main job (python -m trainers.quickstart): preset mini with its
-options, corpus, batch size and precision.
+--main_job adds rows for the main job (python -m trainers.quickstart): preset mini with its
+options, corpus and batch size, in float32 and in the precision the main job picks on this
+machine (bfloat16 where the CPU has bf16 units; --main_job_precisions).
 
 Model FLOPs follow the usual 6-FLOPs-per-weight-per-token count (2 forward, 4 backward), over
 REAL tokens only (padding is work the model wastes): source tokens through the encoder weights,
@@ -57,9 +58,10 @@ flags.DEFINE_enum("xla", "both", ["off", "on", "both"], "Measure without and/or 
 flags.DEFINE_integer("runs", 3, "Timed passes over the batches (median, min, max).", lower_bound=1)
 flags.DEFINE_bool("main_job", True, "Also measure the main job's model and batches "
                   "(python -m trainers.quickstart: preset mini, its corpus and precision).")
-flags.DEFINE_enum("main_job_precision", "auto", ["auto", "float32", "bfloat16"],
-                  "The main job's precision: auto (the machine's choice, as the main job's), or "
-                  "float32 (what the main job runs on an AVX2 machine).")
+flags.DEFINE_list("main_job_precisions", ["float32", "auto"],
+                  "The main job's precisions, a row each: float32 (what the main job runs on an "
+                  "AVX2-only machine), bfloat16, auto (the machine's choice, as the main job's; "
+                  "a precision already listed is measured once).")
 flags.DEFINE_integer("matmul_size", 4096, "n of the n x n x n matmuls measuring the peaks.")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "training_throughput.json"),
                     "JSON output.")
@@ -148,9 +150,9 @@ def table_row(row, peaks):
     }
 
 
-def main_job_row(smoke_overrides, count, runs):
-    """The main job's training speed: its preset, model options, corpus, batches and precision
-    (the smoke run keeps its own small corpus)."""
+def main_job_rows(smoke_overrides, count, runs, peak):
+    """The main job's training speed: its preset, model options, corpus and batches, a row per
+    precision of --main_job_precisions (the smoke run keeps its own small corpus)."""
     from keras_transformer import data
     from keras_transformer.training import resolve_precision
 
@@ -160,12 +162,16 @@ def main_job_row(smoke_overrides, count, runs):
     config = data_flags.data_config(xla=False, **corpus)
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     batches, padding = common.real_batches(config, tokenizer, count)
-    row = measure(job["preset"], resolve_precision(FLAGS.main_job_precision), False,
-                  tokenizer.vocab_size, batches, runs,
-                  overrides=dict(norm_first=job["norm_first"], dropout_rate=job["dropout_rate"]))
-    row.update(batches=padding, main_job=True, dataset=config.dataset,
-               token_budget=config.token_budget)
-    return row
+    rows = []
+    for precision in dict.fromkeys(map(resolve_precision, FLAGS.main_job_precisions)):
+        row = measure(job["preset"], precision, False, tokenizer.vocab_size, batches, runs,
+                      overrides=dict(norm_first=job["norm_first"], dropout_rate=job["dropout_rate"]))
+        row.update(batches=padding, main_job=True, dataset=config.dataset,
+                   token_budget=config.token_budget)
+        rows.append(row)
+        print_row(row)
+        report_peak(peak.sample(f"after the main job, {precision}"))
+    return rows
 
 
 def print_row(row):
@@ -201,9 +207,7 @@ def measure_rows(presets, precisions, runs, count, peak, overrides):
                 print_row(row)
                 report_peak(peak.sample(f"after {preset} {precision} xla={'on' if xla else 'off'}"))
     if FLAGS.main_job:
-        rows.append(main_job_row(overrides, count, runs))
-        print_row(rows[-1])
-        report_peak(peak.sample("after the main job"))
+        rows += main_job_rows(overrides, count, runs, peak)
     config = configs[False]
     described = {"dataset": config.dataset, "token_budget": config.token_budget,
                  "vocab_size": tokenizer.vocab_size, "batches": count,
@@ -257,6 +261,10 @@ def main(argv):
     for precision in precisions:
         if precision not in ("float32", "bfloat16"):
             raise app.UsageError(f"--precisions: {precision!r} is neither float32 nor bfloat16.")
+    for precision in FLAGS.main_job_precisions:
+        if precision not in ("float32", "bfloat16", "auto"):
+            raise app.UsageError(f"--main_job_precisions: {precision!r} is none of float32, "
+                                 "bfloat16, auto.")
     machine = common.machine()  # the load average at the start
     peak = common.MatmulPeak(size)
     report_peak(peak.sample("before"))
