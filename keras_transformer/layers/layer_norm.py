@@ -39,9 +39,10 @@ def layer_norm(x, gamma, beta, epsilon):
             g = dy * gamma
             dx = inverse * (g - tf.reduce_mean(g, -1, keepdims=True)
                             - normalized * tf.reduce_mean(g * normalized, -1, keepdims=True))
-            rows = tf.reshape(dy, (-1, dy.shape[-1]))
-            dgamma = tf.reduce_sum(tf.reshape(dy * normalized, (-1, dy.shape[-1])), 0)
-            return tf.cast(dx, x.dtype), dgamma, tf.reduce_sum(rows, 0)
+            def summed_over_rows(t):
+                return tf.reduce_sum(tf.reshape(t, (-1, t.shape[-1])), 0)
+
+            return tf.cast(dx, x.dtype), summed_over_rows(dy * normalized), summed_over_rows(dy)
 
         return tf.cast(normalized * gamma + beta, x.dtype), gradient
 
