@@ -1,0 +1,204 @@
+"""The main job's recipe, measured on dev: one training run per setting, at one CPU kind's budget.
+
+    python -m benchmarks.recipe --kind=avx2 --rows=mini,dropout_0.2 --seeds=1,2
+    python -m benchmarks.recipe --kind=bf16 --rows=d_model_192 --row_updates=d_model_192=4100
+
+A row is ``python -m trainers.quickstart --eval_split=dev`` with the row's flags on top of the
+quickstart's defaults, in a fresh process, one after another (two at once would share the cores).
+It trains for the number of updates the kind makes in 20 minutes (``KINDS``), in the kind's
+precision: a step limit, so a busy machine or another CPU kind gives the same model (the AVX2 kind
+is emulated on an AVX-512 machine this way, the bf16 kind on an AVX2 one). Checkpoints are saved
+every 1/40 of the updates (the quickstart's 30 s of 20 minutes), by steps for the same reason. A
+row that changes the cost of a step (model size, batch, vocabulary, length) makes a different
+number of updates in 20 minutes: give it with --row_updates, measured on that kind by the row's
+own 20-minute run (``--kind=here``: wall clock on this machine, its updates recorded).
+
+The score is dev sacreBLEU (beam 4, alpha 0.6, the weights the quickstart picks on dev) beside the
+floors on the same sentences (copy the source; a TF-IDF translation memory). Test is never looked
+at. Records merge into OUTPUT_DIR/recipe.json (one per row, seed and kind) and OUTPUT_DIR/recipe.md.
+"""
+
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import flags
+
+from benchmarks import common
+
+# The main job's updates in 20 minutes with the quickstart's defaults, per CPU kind, and the
+# precision --mixed_precision=auto picks there (docs/results.md, "The main job").
+KINDS = {"bf16": dict(updates=6725, precision="bfloat16", label="AVX-512 + AVX512-BF16"),
+         "avx2": dict(updates=3429, precision="float32", label="AVX2 only")}
+# name -> (flags on top of the quickstart defaults, what the row asks, whether it changes a step's cost)
+ROWS = {
+    "mini": ("", "the quickstart defaults", False),
+    "d_model_192": ("--d_model=192 --d_ff=768", "wider", True),
+    "d_model_256": ("--d_model=256 --d_ff=1024", "wider", True),
+    "layers_4": ("--num_layers=4", "deeper (4+4)", True),
+    "layers_6": ("--num_layers=6", "deeper (6+6)", True),
+    "heads_2": ("--num_heads=2", "h", True),
+    "heads_8": ("--num_heads=8", "h", True),
+    "dropout_0.2": ("--dropout_rate=0.2", "P_drop", False),
+    "label_smoothing_0.2": ("--label_smoothing=0.2", "epsilon_ls", False),
+    "label_smoothing_0.3": ("--label_smoothing=0.3", "epsilon_ls (Araabi & Monz 2020)", False),
+    "word_dropout_0.1": ("--source_word_dropout=0.1 --target_word_dropout=0.1",
+                         "Sennrich & Zhang 2019", False),
+    "subword_sampling_0.1": ("--subword_sampling=0.1", "BPE-dropout (Provilkov et al. 2020)", False),
+    "subword_sampling_0.3": ("--subword_sampling=0.3", "BPE-dropout (Provilkov et al. 2020)", False),
+    "layerdrop_0.1": ("--decoder_layerdrop=0.1", "decoder LayerDrop (Fan et al. 2020)", True),
+    "layerdrop_0.2": ("--decoder_layerdrop=0.2", "decoder LayerDrop (Fan et al. 2020)", True),
+    "token_budget_1024": ("--token_budget=1024", "more updates, fewer tokens each", True),
+    "token_budget_4096": ("--token_budget=4096", "fewer updates, more tokens each", True),
+    "warmup_100": ("--warmup_steps=100", "warm-up", False),
+    "warmup_500": ("--warmup_steps=500", "warm-up", False),
+    "warmup_1000": ("--warmup_steps=1000", "warm-up", False),
+    "lr_scale_0.5": ("--learning_rate_scale=0.5", "Eq. (3) scaled", False),
+    "lr_scale_2": ("--learning_rate_scale=2", "Eq. (3) scaled", False),
+    "vocab_1000": ("--vocab_size=1000", "vocabulary", True),
+    "vocab_4000": ("--vocab_size=4000", "vocabulary", True),
+    "vocab_8000": ("--vocab_size=8000", "vocabulary", True),
+    "max_length_48": ("--max_length=48", "max length", True),
+    "max_length_96": ("--max_length=96", "max length", True),
+    "average_last_10": ("--average_last=10", "selection: a longer average", False),
+    "last_checkpoint": ("--average_last=1", "selection: the last checkpoint", False),
+}
+MINUTES = 20.0
+
+flags.DEFINE_enum("kind", "avx2", [*KINDS, "here"], "Whose 20 minutes: the updates and precision "
+                  "of a CPU kind (KINDS), or `here`: 20 minutes of wall clock on this machine.")
+flags.DEFINE_list("rows", ["mini"], f"Rows to run, of: {', '.join(ROWS)}.")
+flags.DEFINE_list("seeds", ["1"], "Seeds of each row (weights, dropout, data order).")
+flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW in 20 minutes, "
+                  "for rows that change a step's cost (measured with --kind=here on that kind).")
+flags.DEFINE_string("output_dir", os.path.join("benchmarks", "results"),
+                    "Where recipe.json and recipe.md go.")
+flags.DEFINE_string("runs_dir", os.path.join("runs", "recipe"), "Where the rows train.")
+flags.DEFINE_string("extra_flags", "", "trainers.quickstart flags added to every row, one string.")
+flags.DEFINE_bool("keep_runs", False, "Keep the rows' run folders after scoring.")
+flags.register_validator("rows", lambda rows: all(r in ROWS for r in rows),
+                         f"--rows: each must be one of {', '.join(ROWS)}.")
+FLAGS = flags.FLAGS
+COLUMNS = ["row", "flags", "updates", "dev sacreBLEU (per seed)", "dev loss", "copy", "memory",
+           "what it asks"]
+
+
+def budget(name):
+    """The row's quickstart flags for the budget of --kind, and the updates it is given (None: 20
+    minutes of this machine's wall clock)."""
+    if FLAGS.kind == "here":
+        return [f"--train_minutes={MINUTES:g}"], None
+    given = dict(item.split("=", 1) for item in FLAGS.row_updates)
+    if name in given:
+        updates = int(given[name])
+    elif ROWS[name][2]:
+        raise ValueError(f"--rows: {name} changes the cost of a step, so its updates in 20 minutes "
+                         f"on the {FLAGS.kind} kind are not mini's; give them with "
+                         f"--row_updates={name}=N (measured there with --kind=here)")
+    else:
+        updates = KINDS[FLAGS.kind]["updates"]
+    return [f"--train_steps={updates}", "--train_minutes=100000",
+            f"--mixed_precision={KINDS[FLAGS.kind]['precision']}",
+            f"--checkpoint_every_steps={max(1, updates // 40)}",
+            "--checkpoint_every_minutes=100000"], updates
+
+
+def run_row(name, seed):
+    """Trains and scores one row on dev; returns its record."""
+    limits, updates = budget(name)
+    run_dir = os.path.join(FLAGS.runs_dir, f"{name}-{FLAGS.kind}-seed{seed}")
+    command = [sys.executable, "-m", "trainers.quickstart", "--eval_split=dev", "--overwrite",
+               f"--model_dir={run_dir}", f"--export_dir={os.path.join(run_dir, 'export')}",
+               f"--seed={seed}", "--samples=1", *limits, *shlex.split(FLAGS.extra_flags),
+               *shlex.split(ROWS[name][0])]
+    print(f"recipe: {name}, seed {seed}: {shlex.join(command[1:])}", flush=True)
+    started = time.monotonic()
+    completed = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, errors="replace")
+    if completed.returncode != 0:
+        print(completed.stdout[-3000:], flush=True)
+        raise ValueError(f"row {name} (seed {seed}) failed with status {completed.returncode} "
+                         "(its output's end is above); rows before it are recorded")
+    from keras_transformer import runs
+
+    with open(os.path.join(run_dir, runs.REPORT_FILE), encoding="utf-8") as stream:
+        report = json.load(stream)
+    if updates is not None and report["steps"] != updates:
+        raise ValueError(f"row {name} made {report['steps']} updates, not {updates}")
+    if not FLAGS.keep_runs:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    kind = KINDS.get(FLAGS.kind, dict(label=common.cpu_model()))["label"]
+    return {"row": name, "flags": ROWS[name][0], "asks": ROWS[name][1], "seed": int(seed),
+            "kind": FLAGS.kind, "kind_label": kind, "emulated": FLAGS.kind != "here",
+            "extra_flags": FLAGS.extra_flags, "updates": report["steps"],
+            "train_minutes": report["train_minutes"], "dev_sacrebleu": report["sacrebleu"],
+            "dev_chrf": report["chrf"], "final_dev_loss": report["final_dev_loss"],
+            "weights": report["weights"], "floors": report["floors"],
+            "dev_sentences": report["test_sentences"],
+            "wall_minutes": (time.monotonic() - started) / 60, "machine": common.machine()}
+
+
+def key(record):
+    return record["row"], record["seed"], record["kind"], record["extra_flags"]
+
+
+def table(records):
+    """One table per kind (and extra flags), best median dev score first."""
+    groups = {}
+    for record in records:
+        groups.setdefault((record["kind"], record["extra_flags"]), {}).setdefault(
+            record["row"], []).append(record)
+    lines = ["# The main job's recipe on dev (`python -m benchmarks.recipe`)", "",
+             "Dev sacreBLEU per seed, beside copying the source and a translation memory on the "
+             "same dev sentences. Test is never scored here."]
+    for (kind, extra), rows in sorted(groups.items()):
+        first = next(iter(rows.values()))[0]
+        how = (f"emulated: {first['updates']:,} updates of mini in {KINDS[kind]['precision']}"
+               if first["emulated"] else "20 minutes of wall clock")
+        lines += ["", f"## {first['kind_label']} ({how}; machine: {first['machine']['cpu']})"
+                  + (f", with `{extra}`" if extra else ""), ""]
+        ordered = sorted(rows.items(), key=lambda item: -statistics.median(
+            r["dev_sacrebleu"] for r in item[1]))
+        cells = [{"row": name, "flags": f"`{group[0]['flags']}`" if group[0]["flags"] else "",
+                  "updates": " / ".join(f"{r['updates']:,}" for r in group),
+                  "dev sacreBLEU (per seed)": " / ".join(
+                      f"{r['dev_sacrebleu']:.2f} (seed {r['seed']})" for r in group),
+                  "dev loss": " / ".join(f"{r['final_dev_loss']:.3f}" for r in group),
+                  "copy": f"{group[0]['floors']['copy']['sacrebleu']:.2f}",
+                  "memory": f"{group[0]['floors']['translation_memory']['sacrebleu']:.2f}",
+                  "what it asks": group[0]["asks"]} for name, group in ordered]
+        lines.append(common.markdown(cells, COLUMNS))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    from keras_transformer import writing
+
+    for name in FLAGS.rows:
+        budget(name)  # every row's budget is known before the first trains
+    path = os.path.join(FLAGS.output_dir, "recipe.json")
+    records = []
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as stream:
+            records = json.load(stream)["rows"]
+    for name in FLAGS.rows:
+        for seed in FLAGS.seeds:
+            record = run_row(name, seed)
+            records = [r for r in records if key(r) != key(record)] + [record]
+            common.write_json(path, {"rows": records})
+            writing.write_file(os.path.join(FLAGS.output_dir, "recipe.md"), table(records))
+            print(f"recipe: {name}, seed {seed}: {record['updates']:,} updates, dev sacreBLEU "
+                  f"{record['dev_sacrebleu']:.2f} (copy {record['floors']['copy']['sacrebleu']:.2f}"
+                  f", memory {record['floors']['translation_memory']['sacrebleu']:.2f}); wrote "
+                  f"{common.shown_path(path)}", flush=True)
+
+
+if __name__ == "__main__":
+    from trainers import console
+
+    console.run(main)
