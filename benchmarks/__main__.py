@@ -17,7 +17,10 @@ Runs, each in a fresh process (so each measures its own memory and thread pools)
   batch sizes), decode time vs output length, and CTranslate2 float32 on the same weights;
 * ``benchmarks.input_pipeline``: tokenization + bucketing speed.
 
-and writes each part's JSON (and profile.md) to OUTPUT_DIR, OUTPUT_DIR/report.json (all of them
+The sweep of the main job's recipe on dev (``benchmarks.recipe``) is not a part: a row is a
+20-minute training run.
+
+It writes each part's JSON (and profile.md) to OUTPUT_DIR, OUTPUT_DIR/report.json (all of them
 plus the targets) and OUTPUT_DIR/report.md. With --parts, the parts not run are taken from
 OUTPUT_DIR's earlier JSON files, each section stating when it was measured. docs/performance.md
 quotes the committed benchmarks/results/.
