@@ -10,8 +10,10 @@ precision: a step limit, so a busy machine or another CPU kind gives the same mo
 is emulated on an AVX-512 machine this way, the bf16 kind on an AVX2 one). Checkpoints are saved
 every 1/40 of the updates (the quickstart's 30 s of 20 minutes), by steps for the same reason. A
 row that changes the cost of a step (model size, batch, vocabulary, length) makes a different
-number of updates in 20 minutes: give it with --row_updates, measured on that kind by the row's
-own 20-minute run (``--kind=here``: wall clock on this machine, its updates recorded).
+number of updates in 20 minutes: mini's updates on the kind times mini's seconds per update over
+the row's, both timed here in the kind's precision on their own real batches of the corpus, in
+turns (``step_costs``); or given with --row_updates, e.g. the updates of the row's own 20 minutes on
+that kind (``--kind=here``: wall clock on this machine, its updates recorded).
 
 The score is dev sacreBLEU (beam 4, alpha 0.6, the weights the quickstart picks on dev) beside the
 floors on the same sentences (copy the source; a TF-IDF translation memory). Test is never looked
@@ -30,6 +32,7 @@ import time
 from absl import flags
 
 from benchmarks import common
+from trainers import data_flags
 
 # The main job's updates in 20 minutes with the quickstart's defaults, per CPU kind, and the
 # precision --mixed_precision=auto picks there (docs/results.md, "The main job").
@@ -74,8 +77,9 @@ flags.DEFINE_enum("kind", "avx2", [*KINDS, "here"], "Whose 20 minutes: the updat
                   "of a CPU kind (KINDS), or `here`: 20 minutes of wall clock on this machine.")
 flags.DEFINE_list("rows", ["mini"], f"Rows to run, of: {', '.join(ROWS)}.")
 flags.DEFINE_list("seeds", ["1"], "Seeds of each row (weights, dropout, data order).")
-flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW in 20 minutes, "
-                  "for rows that change a step's cost (measured with --kind=here on that kind).")
+flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW in 20 minutes "
+                  "(default: mini's, scaled by the step costs timed here for rows that change them).")
+flags.DEFINE_integer("cost_batches", 8, "Real batches each row's step is timed on.", lower_bound=1)
 flags.DEFINE_string("output_dir", os.path.join("benchmarks", "results"),
                     "Where recipe.json and recipe.md go.")
 flags.DEFINE_string("runs_dir", os.path.join("runs", "recipe"), "Where the rows train.")
@@ -83,34 +87,104 @@ flags.DEFINE_string("extra_flags", "", "trainers.quickstart flags added to every
 flags.DEFINE_bool("keep_runs", False, "Keep the rows' run folders after scoring.")
 flags.register_validator("rows", lambda rows: all(r in ROWS for r in rows),
                          f"--rows: each must be one of {', '.join(ROWS)}.")
+flags.register_validator(
+    "row_updates", lambda items: all(
+        row in ROWS and n.isdigit() and int(n) > 0
+        for row, _, n in (item.partition("=") for item in items)),
+    "--row_updates: each must be ROW=N, a row of --rows' list and a positive number of updates.")
 FLAGS = flags.FLAGS
 COLUMNS = ["row", "flags", "updates", "dev sacreBLEU (per seed)", "dev loss", "copy", "memory",
            "what it asks"]
 
 
-def budget(name):
-    """The row's quickstart flags for the budget of --kind, and the updates it is given (None: 20
-    minutes of this machine's wall clock)."""
+def flag_values(text, fields):
+    """The flags of ``text`` that name one of ``fields`` as {name: value}, typed as the configs take
+    them (``--name=value``; a boolean as ``--name`` or ``--noname``)."""
+    values = {}
+    for token in shlex.split(text):
+        name, given, value = token.lstrip("-").partition("=")
+        if not given:
+            name, value = (name[2:], False) if name not in fields and name[2:] in fields else (
+                name, True)
+        else:
+            value = {"true": True, "false": False}.get(value.lower(), value)
+            for kind in (int, float):
+                if isinstance(value, str):
+                    try:
+                        value = kind(value)
+                    except ValueError:
+                        pass
+        if name in fields:
+            values[name] = value
+    return values
+
+
+def step_costs(names, precision):
+    """Seconds per update of each row's model on its own real batches of the main job's corpus
+    (its vocabulary, token budget and length limit), timed here in ``precision``: a first pass
+    traces, then three passes in turns over the rows, so a drift of the machine's load falls on
+    all of them alike; the median pass."""
+    import dataclasses
+
+    import keras_transformer as kt
+    from keras_transformer import data
+
+    corpus_fields = {field.name for field in dataclasses.fields(data.DataConfig)}
+    # the vocabulary's size and the length limit are the corpus' (the model's follow from it)
+    model_fields = {field.name for field in dataclasses.fields(kt.TransformerConfig)} - corpus_fields
+    steps = {}
+    for name in names:
+        fields = corpus_fields | model_fields
+        values = {**common.MAIN_JOB, **flag_values(FLAGS.extra_flags, fields),
+                  **flag_values(ROWS[name][0], fields)}
+        corpus = {k: v for k, v in values.items() if k in corpus_fields}
+        model = {k: v for k, v in values.items() if k in model_fields}
+        config = data_flags.data_config(xla=False, **corpus)
+        tokenizer, _ = data.load_or_learn_tokenizer(config)
+        batches, _ = common.real_batches(config, tokenizer, FLAGS.cost_batches)
+        _, _, step = common.train_step(values["preset"], precision, tokenizer.vocab_size,
+                                       overrides=model)
+        steps[name] = step, batches
+        for batch in batches:
+            float(step.step_on_batches((batch,))["loss_sum"])
+    passes = {name: [] for name in names}
+    for _ in range(3):
+        for name, (step, batches) in steps.items():
+            started = time.perf_counter()
+            sums = [step.step_on_batches((batch,)) for batch in batches]
+            float(sums[-1]["loss_sum"])
+            passes[name].append((time.perf_counter() - started) / len(batches))
+    return {name: statistics.median(times) for name, times in passes.items()}
+
+
+def budgets(names):
+    """{row: (its quickstart flags for the budget of --kind, its updates, where they come from)};
+    updates None: 20 minutes of this machine's wall clock."""
     if FLAGS.kind == "here":
-        return [f"--train_minutes={MINUTES:g}"], None
-    given = dict(item.split("=", 1) for item in FLAGS.row_updates)
-    if name in given:
-        updates = int(given[name])
-    elif ROWS[name][2]:
-        raise ValueError(f"--rows: {name} changes the cost of a step, so its updates in 20 minutes "
-                         f"on the {FLAGS.kind} kind are not mini's; give them with "
-                         f"--row_updates={name}=N (measured there with --kind=here)")
-    else:
-        updates = KINDS[FLAGS.kind]["updates"]
-    return [f"--train_steps={updates}", "--train_minutes=100000",
-            f"--mixed_precision={KINDS[FLAGS.kind]['precision']}",
-            f"--checkpoint_every_steps={max(1, updates // 40)}",
-            "--checkpoint_every_minutes=100000"], updates
+        return {name: ([f"--train_minutes={MINUTES:g}"], None, "20 minutes here") for name in names}
+    kind = KINDS[FLAGS.kind]
+    given = {row: int(n) for row, n in (item.split("=", 1) for item in FLAGS.row_updates)}
+    timed = [name for name in names if ROWS[name][2] and name not in given]
+    costs = step_costs(["mini", *timed], kind["precision"]) if timed else {}
+    result = {}
+    for name in names:
+        if name in given:
+            updates, source = given[name], "given (--row_updates)"
+        elif name in costs:
+            updates = round(kind["updates"] * costs["mini"] / costs[name])
+            source = (f"the kind's mini updates x {costs['mini']:.3f} s / {costs[name]:.3f} s per "
+                      f"update (mini / the row, timed here in {kind['precision']})")
+        else:
+            updates, source = kind["updates"], "the kind's mini updates (the same step cost)"
+        result[name] = ([f"--train_steps={updates}", "--train_minutes=100000",
+                         f"--mixed_precision={kind['precision']}",
+                         f"--checkpoint_every_steps={max(1, updates // 40)}",
+                         "--checkpoint_every_minutes=100000"], updates, source)
+    return result
 
 
-def run_row(name, seed):
+def run_row(name, seed, limits, updates, source):
     """Trains and scores one row on dev; returns its record."""
-    limits, updates = budget(name)
     run_dir = os.path.join(FLAGS.runs_dir, f"{name}-{FLAGS.kind}-seed{seed}")
     command = [sys.executable, "-m", "trainers.quickstart", "--eval_split=dev", "--overwrite",
                f"--model_dir={run_dir}", f"--export_dir={os.path.join(run_dir, 'export')}",
@@ -135,6 +209,7 @@ def run_row(name, seed):
     kind = KINDS.get(FLAGS.kind, dict(label=common.cpu_model()))["label"]
     return {"row": name, "flags": ROWS[name][0], "asks": ROWS[name][1], "seed": int(seed),
             "kind": FLAGS.kind, "kind_label": kind, "emulated": FLAGS.kind != "here",
+            "updates_from": source,
             "extra_flags": FLAGS.extra_flags, "updates": report["steps"],
             "train_minutes": report["train_minutes"], "dev_sacrebleu": report["sacrebleu"],
             "dev_chrf": report["chrf"], "final_dev_loss": report["final_dev_loss"],
@@ -158,7 +233,8 @@ def table(records):
              "same dev sentences. Test is never scored here."]
     for (kind, extra), rows in sorted(groups.items()):
         first = next(iter(rows.values()))[0]
-        how = (f"emulated: {first['updates']:,} updates of mini in {KINDS[kind]['precision']}"
+        how = (f"emulated by updates in {KINDS[kind]['precision']}: mini's "
+               f"{KINDS[kind]['updates']:,}, scaled by the timed step costs for rows that change them"
                if first["emulated"] else "20 minutes of wall clock")
         lines += ["", f"## {first['kind_label']} ({how}; machine: {first['machine']['cpu']})"
                   + (f", with `{extra}`" if extra else ""), ""]
@@ -179,8 +255,10 @@ def table(records):
 def main(argv):
     from keras_transformer import writing
 
-    for name in FLAGS.rows:
-        budget(name)  # every row's budget is known before the first trains
+    planned = budgets(FLAGS.rows)  # every row's budget is known before the first trains
+    for name, (_, updates, source) in planned.items():
+        print(f"recipe: {name}: {f'{updates:,} updates' if updates else '20 minutes'} ({source})",
+              flush=True)
     path = os.path.join(FLAGS.output_dir, "recipe.json")
     records = []
     if os.path.isfile(path):
@@ -188,7 +266,7 @@ def main(argv):
             records = json.load(stream)["rows"]
     for name in FLAGS.rows:
         for seed in FLAGS.seeds:
-            record = run_row(name, seed)
+            record = run_row(name, seed, *planned[name])
             records = [r for r in records if key(r) != key(record)] + [record]
             common.write_json(path, {"rows": records})
             writing.write_file(os.path.join(FLAGS.output_dir, "recipe.md"), table(records))

@@ -1,15 +1,25 @@
 """benchmarks.recipe, the sweep of the main job's recipe: a row trains the quickstart on its flags for
 its kind's number of updates, scores dev (never test), and merges into recipe.json and recipe.md; a
-row whose step cost differs from mini's is refused without its own update count."""
+row whose step cost differs from mini's gets mini's updates scaled by the step times measured here."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 from toy import write_word_for_word_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def toy_extra_flags(tmp_path):
+    """The quickstart's flags for a seconds-long run on a word-for-word corpus in ``tmp_path``."""
+    write_word_for_word_corpus(tmp_path, (("train", 300), ("dev", 12), ("test", 5)))
+    return (f"--dataset=files --train_data={tmp_path}/train.tsv --dev_data={tmp_path}/dev.tsv "
+            f"--test_data={tmp_path}/test.tsv --data_dir={tmp_path}/data --vocab_size=320 "
+            "--preset=tiny --num_heads=2 --max_length=16 --token_budget=128 --beam_size=2 "
+            "--dev_every_steps=0")
 
 
 def sweep(tmp_path, *args):
@@ -20,11 +30,7 @@ def sweep(tmp_path, *args):
 
 
 def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_path):
-    write_word_for_word_corpus(tmp_path, (("train", 300), ("dev", 12), ("test", 5)))
-    extra = (f"--dataset=files --train_data={tmp_path}/train.tsv --dev_data={tmp_path}/dev.tsv "
-             f"--test_data={tmp_path}/test.tsv --data_dir={tmp_path}/data --vocab_size=320 "
-             "--preset=tiny --num_heads=2 --max_length=16 --token_budget=128 --beam_size=2 "
-             "--dev_every_steps=0")
+    extra = toy_extra_flags(tmp_path)
     # An earlier sweep's records: one the row replaces (same row, seed, kind, flags), one it keeps.
     stale = {"row": "label_smoothing_0.2", "seed": 1, "kind": "avx2", "extra_flags": extra,
              "dev_sacrebleu": -1.0}
@@ -61,10 +67,28 @@ def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_
     assert table.index(first) < table.index(second)
 
 
-def test_a_row_that_changes_the_step_cost_needs_its_own_updates(tmp_path):
-    result = sweep(tmp_path, "--kind=bf16", "--rows=mini,d_model_192")
-    assert result.returncode == 1
-    lines = [line for line in result.stderr.splitlines() if "d_model_192" in line]
-    assert len(lines) == 1 and "--row_updates=d_model_192=N" in lines[0], result.stderr[-2000:]
-    assert "Traceback" not in result.stderr
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+def test_a_row_that_changes_the_step_cost_gets_mini_updates_scaled_by_the_timed_costs(tmp_path):
+    """The kind's mini updates, times mini's seconds per update over the row's (its own model on its
+    own batches, timed here): a 6+6-layer model of the tiny preset's width (2+2) makes fewer."""
+    code = f"""
+import json, sys
+from absl import flags
+from benchmarks import recipe
+flags.FLAGS(["recipe", "--kind=avx2", "--cost_batches=2",
+             "--extra_flags={toy_extra_flags(tmp_path)}", "--row_updates=layers_4=77"])
+print(json.dumps([recipe.KINDS["avx2"]["updates"],
+                  recipe.budgets(["mini", "layers_6", "label_smoothing_0.2", "layers_4"])]))
+"""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    mini, budgets = json.loads(result.stdout.splitlines()[-1])
+    assert budgets["mini"][1] == budgets["label_smoothing_0.2"][1] == mini
+    assert budgets["layers_4"][1] == 77 and "given" in budgets["layers_4"][2]
+    limits, updates, source = budgets["layers_6"]
+    seconds = [float(s) for s in re.findall(r"([\d.]+) s", source)]
+    assert abs(updates - mini * seconds[0] / seconds[1]) <= 0.01 * updates  # times shown rounded
+    assert seconds[1] > 1.5 * seconds[0], source  # three times the layers
+    assert f"--train_steps={updates}" in limits and "--mixed_precision=float32" in limits
+    assert f"--checkpoint_every_steps={updates // 40}" in limits
