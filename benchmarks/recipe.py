@@ -22,6 +22,7 @@ at. Records merge into OUTPUT_DIR/recipe.json (one per row, seed and kind) and O
 
 import json
 import os
+import re
 import shlex
 import shutil
 import statistics
@@ -204,6 +205,10 @@ def run_row(name, seed, limits, updates, source):
         report = json.load(stream)
     if updates is not None and report["steps"] != updates:
         raise ValueError(f"row {name} made {report['steps']} updates, not {updates}")
+    with open(os.path.join(run_dir, "train.log"), encoding="utf-8") as stream:
+        # the dev evaluations' progress lines (training/callbacks.py): the row's learning curve
+        curve = [[int(step), float(loss), float(bleu)] for step, loss, bleu in re.findall(
+            r"step (\d+) \| dev loss ([\d.]+) .*\| dev BLEU ([\d.]+)", stream.read())]
     if not FLAGS.keep_runs:
         shutil.rmtree(run_dir, ignore_errors=True)
     kind = KINDS.get(FLAGS.kind, dict(label=common.cpu_model()))["label"]
@@ -213,6 +218,7 @@ def run_row(name, seed, limits, updates, source):
             "extra_flags": FLAGS.extra_flags, "updates": report["steps"],
             "train_minutes": report["train_minutes"], "dev_sacrebleu": report["sacrebleu"],
             "dev_chrf": report["chrf"], "final_dev_loss": report["final_dev_loss"],
+            "dev_curve": curve,
             "weights": report["weights"], "floors": report["floors"],
             "dev_sentences": report["test_sentences"],
             "wall_minutes": (time.monotonic() - started) / 60, "machine": common.machine()}

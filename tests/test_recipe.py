@@ -19,7 +19,7 @@ def toy_extra_flags(tmp_path):
     return (f"--dataset=files --train_data={tmp_path}/train.tsv --dev_data={tmp_path}/dev.tsv "
             f"--test_data={tmp_path}/test.tsv --data_dir={tmp_path}/data --vocab_size=320 "
             "--preset=tiny --num_heads=2 --max_length=16 --token_budget=128 --beam_size=2 "
-            "--dev_every_steps=0")
+            "--dev_every_steps=3")
 
 
 def sweep(tmp_path, *args):
@@ -56,6 +56,10 @@ def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_
     assert record["updates"] == report["steps"] == 6
     assert record["dev_sacrebleu"] == report["sacrebleu"] != -1.0
     assert record["emulated"] and record["kind"] == "avx2"
+    # its learning curve: the dev evaluations (every 3 updates) as train.log shows them
+    log = (tmp_path / "runs" / "label_smoothing_0.2-avx2-seed1" / "train.log").read_text()
+    assert [point[0] for point in record["dev_curve"]] == [3, 6]
+    assert f"step 6 | dev loss {record['dev_curve'][1][1]:.4f}" in log
     for flag in ("--label_smoothing=0.2", "--mixed_precision=float32", "--seed=1",
                  "--checkpoint_every_steps=1"):
         assert flag in report["command"], report["command"]
