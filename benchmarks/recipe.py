@@ -62,6 +62,7 @@ ROWS = {
     "warmup_100": ("--warmup_steps=100", "warm-up", False),
     "warmup_500": ("--warmup_steps=500", "warm-up", False),
     "warmup_1000": ("--warmup_steps=1000", "warm-up", False),
+    "warmup_2000": ("--warmup_steps=2000", "warm-up (beyond 1,000, the best of the first rows)", False),
     "lr_scale_0.5": ("--learning_rate_scale=0.5", "Eq. (3) scaled", False),
     "lr_scale_2": ("--learning_rate_scale=2", "Eq. (3) scaled", False),
     "vocab_1000": ("--vocab_size=1000", "vocabulary", True),
