@@ -230,15 +230,16 @@ def key(record):
 
 
 def table(records):
-    """One table per kind (and extra flags), best median dev score first."""
+    """One table per kind (and extra flags; `here` per CPU), best median dev score first."""
     groups = {}
     for record in records:
-        groups.setdefault((record["kind"], record["extra_flags"]), {}).setdefault(
+        cpu = "" if record["emulated"] else record["machine"]["cpu"]
+        groups.setdefault((record["kind"], record["extra_flags"], cpu), {}).setdefault(
             record["row"], []).append(record)
     lines = ["# The main job's recipe on dev (`python -m benchmarks.recipe`)", "",
              "Dev sacreBLEU per seed, beside copying the source and a translation memory on the "
              "same dev sentences. Test is never scored here."]
-    for (kind, extra), rows in sorted(groups.items()):
+    for (kind, extra, _), rows in sorted(groups.items()):
         first = next(iter(rows.values()))[0]
         how = (f"emulated by updates in {KINDS[kind]['precision']}: mini's "
                f"{KINDS[kind]['updates']:,}, scaled by the timed step costs for rows that change them"
