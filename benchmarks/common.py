@@ -143,6 +143,15 @@ def train_step(preset, precision, vocab_size, xla=False, overrides=None):
     return config, model, step
 
 
+def timed_pass(step, batches):
+    """(seconds per update, the updates' sums) of one pass of ``step`` over ``batches``, one update
+    per batch, waiting for the last."""
+    started = time.perf_counter()
+    sums = [step.step_on_batches((batch,)) for batch in batches]
+    float(sums[-1]["loss_sum"])
+    return (time.perf_counter() - started) / len(batches), sums
+
+
 def parameter_counts(model):
     """(encoder weights, decoder weights, pre-softmax projection weights)."""
     import numpy as np

@@ -152,10 +152,7 @@ def step_costs(names, precision):
     passes = {name: [] for name in names}
     for _ in range(3):
         for name, (step, batches) in steps.items():
-            started = time.perf_counter()
-            sums = [step.step_on_batches((batch,)) for batch in batches]
-            float(sums[-1]["loss_sum"])
-            passes[name].append((time.perf_counter() - started) / len(batches))
+            passes[name].append(common.timed_pass(step, batches)[0])
     return {name: statistics.median(times) for name, times in passes.items()}
 
 

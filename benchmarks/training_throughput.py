@@ -87,10 +87,8 @@ def measure(preset, precision, xla, vocab_size, batches, runs, overrides=None):
         first_pass = time.perf_counter() - started
         passes = []
         for _ in range(runs):
-            started = time.perf_counter()
-            sums = [step.step_on_batches((batch,)) for batch in batches]
-            float(sums[-1]["loss_sum"])  # waits for the last update
-            passes.append((time.perf_counter() - started) / len(batches))
+            seconds, sums = common.timed_pass(step, batches)
+            passes.append(seconds)
     source = sum(float(s["source_tokens"]) for s in sums) / len(batches)
     target = sum(float(s["target_tokens"]) for s in sums) / len(batches)
     encoder, decoder, softmax = common.parameter_counts(model)
