@@ -98,6 +98,43 @@ def test_every_batch_respects_budget_and_bucket_shapes(drop_remainder, multiple)
     assert batching.length_statistics(examples, max_length).too_long == 600 - len(fits)
 
 
+class CountingTokenizer(NumberTokenizer):
+    """NumberTokenizer that appends how many times it has run, so a pair tokenized again shows."""
+
+    def __init__(self):
+        self.calls = tf.Variable(0)
+
+    def tokenize(self, texts):
+        call = self.calls.assign_add(1)
+        ids = super().tokenize(texts)
+        return tf.concat([ids, tf.fill([ids.nrows(), 1], call + 1000)], axis=1)
+
+
+def test_cached_tokens_give_the_same_batches_and_tokenize_each_pair_once():
+    sources, targets = make_pairs(300, 20, seed=3)
+    spec = batching.BucketSpec.make(32, 256)
+
+    def passes(cache_tokens, tokenizer):
+        pairs = tf.data.Dataset.from_tensor_slices((sources, targets))
+        batches = batching.make_batches(pairs, tokenizer, spec, shuffle_buffer=100, seed=1,
+                                        repeat=True, cache_tokens=cache_tokens)
+        return [tf.nest.map_structure(lambda t: t.numpy(), batch) for batch in batches.take(120)]
+
+    # 120 batches are several passes; a deterministic tokenizer gives the same batches.
+    plain, cached = passes(False, NumberTokenizer()), passes(True, NumberTokenizer())
+    assert len({int(s[0]) for (source, _), _ in plain for s in source}) == 300  # every pair seen
+    for a, b in zip(plain, cached):
+        tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+    # encode_pairs tokenizes up to 1,024 texts a call, a call per side: with the cache, one call
+    # per side for the 300 pairs; without it, again on every pass.
+    counted = {}
+    for cache_tokens in (False, True):
+        tokenizer = CountingTokenizer()
+        passes(cache_tokens, tokenizer)
+        counted[cache_tokens] = int(tokenizer.calls.numpy())
+    assert counted[True] == 2 and counted[False] > 2
+
+
 def test_batch_statistics_match_numpy():
     sources, targets = make_pairs(200, 30, seed=2)
     spec = batching.BucketSpec.make(32, 256)

@@ -160,13 +160,23 @@ def make_batches(
     seed: Optional[int] = None,
     drop_remainder: bool = False,
     repeat: bool = False,
+    cache_tokens: bool = False,
 ) -> tf.data.Dataset:
-    """Text pairs -> shuffled (optionally), tokenized, bucketed, prefetched batches."""
+    """Text pairs -> shuffled (optionally), tokenized, bucketed, prefetched batches.
+
+    ``cache_tokens``: tokenize each pair once and keep its ids in memory (a few bytes a token),
+    so later passes only shuffle and bucket, as fairseq's binarized data and tensor2tensor's
+    encoded TFRecords do. The batches stay the same (a shuffle's order does not depend on what
+    its elements hold). Not for a tokenizer that samples: subword sampling draws new pieces on
+    every pass."""
+    examples = encode_pairs(pairs, tokenizer).cache() if cache_tokens else pairs
     if shuffle_buffer:
-        pairs = pairs.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        examples = examples.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     if repeat:
-        pairs = pairs.repeat()
-    batches = bucket_batch(encode_pairs(pairs, tokenizer), spec, drop_remainder)
+        examples = examples.repeat()
+    if not cache_tokens:
+        examples = encode_pairs(examples, tokenizer)
+    batches = bucket_batch(examples, spec, drop_remainder)
     if shuffle_buffer:
         # Buckets fill at different rates; mixing batches avoids long runs of one length.
         batches = batches.shuffle(64, seed=seed, reshuffle_each_iteration=True)

@@ -215,7 +215,16 @@ def make_dataset(
         shuffle_buffer=20000 if training else 0,
         seed=config.seed,
         repeat=repeat,
+        cache_tokens=caches_tokens(config, training),
     )
+
+
+def caches_tokens(config: DataConfig, training: bool) -> bool:
+    """Whether the batches of a split keep its tokenized pairs in memory
+    (``batching.make_batches``): the training pairs, which every pass reads again, unless subword
+    sampling tokenizes them anew each time. (Held-out splits are read once per evaluation, often
+    in part; a partly read cache is thrown away, with a warning.)"""
+    return training and not config.subword_sampling
 
 
 def make_distributed_dataset_fn(
@@ -238,4 +247,5 @@ def make_distributed_dataset_fn(
         shuffle_buffer=20000 if training else 0,
         seed=config.seed,
         repeat=repeat,
+        cache_tokens=caches_tokens(config, training),
     )
