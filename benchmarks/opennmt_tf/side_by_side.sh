@@ -16,18 +16,25 @@ if [[ ! -x $ONMT/bin/onmt-main ]]; then
 fi
 [[ -s $WORK/data/vocab.txt ]] || "$PYTHON" -m benchmarks.opennmt_tf.export_data --output_dir=$WORK/data
 printf 'train:\n  max_step: %d\n' "$STEPS" > $WORK/max_step.yml
-for round in $(seq "$ROUNDS"); do
-  echo "round $round, $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
+ours() {
   rm -rf $WORK/ours
   "$PYTHON" -m trainers.wmt --dataset=libreoffice_help_en_de --vocab_size=2000 --max_length=64 \
     --token_budget=2048 --preset=mini --dropout_rate=0.1 --norm_first --warmup_steps=200 \
     --mixed_precision=float32 --train_steps="$STEPS" --log_every_steps=50 --dev_every_steps=0 \
     --dev_bleu_sentences=0 --checkpoint_every_minutes=100000 --model_dir=$WORK/ours \
-    > $WORK/ours-$round.log 2>&1
-  "$PYTHON" -m benchmarks.opennmt_tf.throughput --log=$WORK/ours-$round.log --last="$STEPS"
+    > $WORK/ours-$1.log 2>&1
+  "$PYTHON" -m benchmarks.opennmt_tf.throughput --log=$WORK/ours-$1.log --last="$STEPS"
+}
+opennmt() {
   rm -rf $WORK/run
   "$ONMT/bin/onmt-main" --model $HERE/model.py --config $HERE/config.yml $WORK/max_step.yml \
-    --seed 1 train > $WORK/onmt-$round.log 2>&1
-  "$PYTHON" -m benchmarks.opennmt_tf.throughput --log=$WORK/onmt-$round.log --last="$STEPS"
+    --seed 1 train > $WORK/onmt-$1.log 2>&1
+  "$PYTHON" -m benchmarks.opennmt_tf.throughput --log=$WORK/onmt-$1.log --last="$STEPS"
+}
+# Odd rounds ours first, even rounds OpenNMT-tf first: a machine whose speed drifts during the
+# run favours neither.
+for round in $(seq "$ROUNDS"); do
+  echo "round $round, $(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  if (( round % 2 )); then ours $round; opennmt $round; else opennmt $round; ours $round; fi
 done
 rm -rf $WORK/ours $WORK/run
