@@ -164,7 +164,7 @@ def make_batches(
 ) -> tf.data.Dataset:
     """Text pairs -> shuffled (optionally), tokenized, bucketed, prefetched batches.
 
-    ``cache_tokens``: tokenize each pair once and keep its ids in memory (a few bytes a token),
+    ``cache_tokens``: tokenize each pair once and keep its ids in memory (tf.data's ``cache``),
     so later passes only shuffle and bucket, as fairseq's binarized data and tensor2tensor's
     encoded TFRecords do. The batches stay the same (a shuffle's order does not depend on what
     its elements hold). Not for a tokenizer that samples: subword sampling draws new pieces on
