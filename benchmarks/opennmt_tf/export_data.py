@@ -24,25 +24,27 @@ OPENNMT_SPECIALS = ["<blank>", "<s>", "</s>"]
 
 
 def export(config, output_dir):
-    """Writes the pairs our trainer keeps (each side with its EOS within max_length) as pieces;
-    returns (kept, dropped)."""
+    """Writes the pairs our trainer keeps (``batching.example_length``, each side with its EOS,
+    within max_length) as pieces; returns (kept, dropped)."""
     import sentencepiece
     import tensorflow as tf
 
     from keras_transformer import data, writing
+    from keras_transformer.data import batching
     from keras_transformer.tokenizer import END_ID
 
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     pieces = sentencepiece.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+    examples = batching.encode_pairs(data.load_text_pairs(config, "train"), tokenizer).map(
+        lambda inputs, target: (inputs[0], target, batching.example_length(inputs, target)))
     lines = {"en": [], "de": []}
     dropped = 0
-    for source, target in data.load_text_pairs(config, "train").batch(1024):
-        for ids in zip(tokenizer.tokenize(source).to_list(), tokenizer.tokenize(target).to_list()):
-            if max(len(side) for side in ids) + 1 > config.max_length:  # + EOS, as bucket_batch
-                dropped += 1
-                continue
-            for language, side in zip(lines, ids):
-                lines[language].append(" ".join(pieces.id_to_piece(i) for i in side))
+    for source, target, length in examples.as_numpy_iterator():
+        if length > config.max_length:  # the trainer's rule (batching.bucket_batch)
+            dropped += 1
+            continue
+        for language, side in zip(lines, (source, target)):  # each without its EOS
+            lines[language].append(" ".join(pieces.id_to_piece(int(i)) for i in side[:-1]))
     vocabulary = OPENNMT_SPECIALS + [pieces.id_to_piece(i) for i in range(END_ID + 1,
                                                                           tokenizer.vocab_size)]
     tf.io.gfile.makedirs(output_dir)
