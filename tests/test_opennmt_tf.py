@@ -7,7 +7,7 @@ import datetime
 
 import pytest
 
-from benchmarks.opennmt_tf import export_data, throughput
+from benchmarks.opennmt_tf import twin
 from keras_transformer import data
 from keras_transformer.data import batching
 
@@ -35,12 +35,12 @@ def test_export_gives_the_trainers_pairs_as_pieces_under_the_same_ids(tmp_path):
                                               tokenizer.tokenize([t]).to_list()[0]))
                      for s, t in data.load_text_pairs(config, "train").as_numpy_iterator())
     config = dataclasses.replace(config, max_length=longest[len(longest) // 2])
-    kept, dropped = export_data.export(config, str(tmp_path / "out"))
+    kept, dropped = twin.export(config, str(tmp_path / "out"))
     assert kept and dropped and kept + dropped == 300
     vocabulary = (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     # OpenNMT-tf appends <unk>: the same number of ids as ours.
     assert len(vocabulary) + 1 == tokenizer.vocab_size
-    assert vocabulary[:3] == export_data.OPENNMT_SPECIALS and len(set(vocabulary)) == len(vocabulary)
+    assert vocabulary[:3] == twin.OPENNMT_SPECIALS and len(set(vocabulary)) == len(vocabulary)
     ours = {piece: index + 1 for index, piece in enumerate(vocabulary) if index >= 3}
 
     def ids(line):
@@ -83,11 +83,11 @@ def test_throughput_is_updates_and_tokens_over_the_windows_time(engine, every):
     seconds = [1.0 + (k % 3) * 0.5 for k in range(len(steps))]
     tokens = [8000.0 + 100 * k for k in range(len(steps))]
     first, last = steps[4], steps[15] + every // 2  # the window ends at the last line before
-    name, updates, total, target = throughput.window(log_lines(engine, steps, seconds, tokens),
+    name, updates, total, target = twin.window(log_lines(engine, steps, seconds, tokens),
                                                      first, last)
     inside = range(5, 16)
     assert name == engine and updates == steps[15] - first
     assert total == pytest.approx(sum(seconds[k] for k in inside), rel=1e-5)
     assert target == pytest.approx(sum(seconds[k] * tokens[k] for k in inside), rel=1e-5)
     with pytest.raises(ValueError, match="no progress lines after update"):
-        throughput.window(log_lines(engine, steps, seconds, tokens), steps[-1])
+        twin.window(log_lines(engine, steps, seconds, tokens), steps[-1])
