@@ -2,6 +2,7 @@
 
     python -m benchmarks.recipe --kind=avx2 --rows=mini,dropout_0.2 --seeds=1,2
     python -m benchmarks.recipe --kind=bf16 --rows=d_model_192 --row_updates=d_model_192=4100
+    python -m benchmarks.recipe --kind=bf16 --rows=d_model_192,layers_4 --costs_only
 
 A row is ``python -m trainers.quickstart --eval_split=dev`` with the row's flags on top of the
 quickstart's defaults, in a fresh process, one after another (two at once would share the cores).
@@ -13,7 +14,9 @@ row that changes the cost of a step (model size, batch, vocabulary, length) make
 number of updates in 20 minutes: mini's updates on the kind times mini's seconds per update over
 the row's, both timed here in the kind's precision on their own real batches of the corpus, in
 turns (``step_costs``); or given with --row_updates, e.g. the updates of the row's own 20 minutes on
-that kind (``--kind=here``: wall clock on this machine, its updates recorded).
+that kind (``--kind=here``: wall clock on this machine, its updates recorded). Two rows training side
+by side would disturb each other's timing, so ``--costs_only`` times the rows alone, once, into
+OUTPUT_DIR/step_costs.json, which later sweeps with the same precision and --extra_flags use.
 
 The score is dev sacreBLEU (beam 4, alpha 0.6, the weights the quickstart picks on dev) beside the
 floors on the same sentences (copy the source; a TF-IDF translation memory). Test is never looked
@@ -82,6 +85,9 @@ flags.DEFINE_list("seeds", ["1"], "Seeds of each row (weights, dropout, data ord
 flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW in 20 minutes "
                   "(default: mini's, scaled by the step costs timed here for rows that change them).")
 flags.DEFINE_integer("cost_batches", 8, "Real batches each row's step is timed on.", lower_bound=1)
+flags.DEFINE_bool("costs_only", False, "Only time the step costs of --rows that change them (and "
+                  "mini's), in the kind's precision, and record them in OUTPUT_DIR/step_costs.json, "
+                  "where later sweeps find them: timed alone once, rows can then train side by side.")
 flags.DEFINE_string("output_dir", os.path.join("benchmarks", "results"),
                     "Where recipe.json and recipe.md go.")
 flags.DEFINE_string("runs_dir", os.path.join("runs", "recipe"), "Where the rows train.")
@@ -94,6 +100,9 @@ flags.register_validator(
         row in ROWS and n.isdigit() and int(n) > 0
         for row, _, n in (item.partition("=") for item in items)),
     "--row_updates: each must be ROW=N, a row of --rows' list and a positive number of updates.")
+flags.register_multi_flags_validator(
+    ["costs_only", "kind"], lambda values: not values["costs_only"] or values["kind"] in KINDS,
+    "--costs_only times a CPU kind's precision: give --kind=" + " or --kind=".join(KINDS) + ".")
 FLAGS = flags.FLAGS
 COLUMNS = ["row", "flags", "updates", "dev sacreBLEU (per seed)", "dev loss", "copy", "memory",
            "what it asks"]
@@ -156,6 +165,40 @@ def step_costs(names, precision):
     return {name: statistics.median(times) for name, times in passes.items()}
 
 
+def costs_path():
+    return os.path.join(FLAGS.output_dir, "step_costs.json")
+
+
+def recorded_costs(precision):
+    """{row: (mini's and the row's seconds per update, when and where)} of step_costs.json, timed in
+    ``precision`` with today's --extra_flags and --cost_batches (the latest timing of each row)."""
+    if not os.path.isfile(costs_path()):
+        return {}
+    with open(costs_path(), encoding="utf-8") as stream:
+        timings = json.load(stream)["timings"]
+    return {row: ((timing["seconds_per_update"]["mini"], seconds), timing["machine"])
+            for timing in timings
+            if (timing["precision"], timing["extra_flags"], timing["cost_batches"])
+            == (precision, FLAGS.extra_flags, FLAGS.cost_batches)
+            for row, seconds in timing["seconds_per_update"].items() if row != "mini"}
+
+
+def record_costs(names):
+    """Times the rows of ``names`` that change the step cost beside mini, in the kind's precision,
+    and appends the timing to step_costs.json; returns {row: seconds per update}."""
+    precision = KINDS[FLAGS.kind]["precision"]
+    costs = step_costs(["mini", *[name for name in names if ROWS[name][2]]], precision)
+    timings = []
+    if os.path.isfile(costs_path()):
+        with open(costs_path(), encoding="utf-8") as stream:
+            timings = json.load(stream)["timings"]
+    timings.append({"precision": precision, "extra_flags": FLAGS.extra_flags,
+                    "cost_batches": FLAGS.cost_batches, "seconds_per_update": costs,
+                    "machine": common.machine()})
+    common.write_json(costs_path(), {"timings": timings})
+    return costs
+
+
 def budgets(names):
     """{row: (its quickstart flags for the budget of --kind, its updates, where they come from)};
     updates None: 20 minutes of this machine's wall clock."""
@@ -163,7 +206,8 @@ def budgets(names):
         return {name: ([f"--train_minutes={MINUTES:g}"], None, "20 minutes here") for name in names}
     kind = KINDS[FLAGS.kind]
     given = {row: int(n) for row, n in (item.split("=", 1) for item in FLAGS.row_updates)}
-    timed = [name for name in names if ROWS[name][2] and name not in given]
+    recorded = recorded_costs(kind["precision"])
+    timed = [name for name in names if ROWS[name][2] and name not in given and name not in recorded]
     costs = step_costs(["mini", *timed], kind["precision"]) if timed else {}
     result = {}
     for name in names:
@@ -173,6 +217,12 @@ def budgets(names):
             updates = round(kind["updates"] * costs["mini"] / costs[name])
             source = (f"the kind's mini updates x {costs['mini']:.3f} s / {costs[name]:.3f} s per "
                       f"update (mini / the row, timed here in {kind['precision']})")
+        elif name in recorded:
+            (mini, seconds), where = recorded[name]
+            updates = round(kind["updates"] * mini / seconds)
+            source = (f"the kind's mini updates x {mini:.3f} s / {seconds:.3f} s per update (mini / "
+                      f"the row, timed in {kind['precision']} on {where['date']}, "
+                      f"{os.path.basename(costs_path())})")
         else:
             updates, source = kind["updates"], "the kind's mini updates (the same step cost)"
         result[name] = ([f"--train_steps={updates}", "--train_minutes=100000",
@@ -260,6 +310,15 @@ def table(records):
 def main(argv):
     from keras_transformer import writing
 
+    if FLAGS.costs_only:
+        costs = record_costs(FLAGS.rows)
+        updates = KINDS[FLAGS.kind]["updates"]
+        for name, seconds in costs.items():
+            print(f"recipe: {name}: {seconds:.4f} s per update in "
+                  f"{KINDS[FLAGS.kind]['precision']}, {round(updates * costs['mini'] / seconds):,} "
+                  f"updates for the {FLAGS.kind} kind", flush=True)
+        print(f"recipe: wrote {common.shown_path(costs_path())}")
+        return
     planned = budgets(FLAGS.rows)  # every row's budget is known before the first trains
     for name, (_, updates, source) in planned.items():
         print(f"recipe: {name}: {f'{updates:,} updates' if updates else '20 minutes'} ({source})",

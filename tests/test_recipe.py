@@ -99,3 +99,46 @@ print(json.dumps([recipe.KINDS["avx2"]["updates"],
     assert seconds[1] > 1.5 * seconds[0], source  # three times the layers
     assert f"--train_steps={updates}" in limits and "--mixed_precision=float32" in limits
     assert f"--checkpoint_every_steps={updates // 40}" in limits
+
+
+def test_step_costs_timed_alone_are_recorded_and_used_by_later_sweeps_of_the_same_settings(
+        tmp_path):
+    """--costs_only's timing (faked here: its arithmetic is the point) lands in step_costs.json; a
+    later sweep in that precision with the same --extra_flags scales mini's updates by it without
+    timing again; another precision or other extra flags time afresh."""
+    code = f"""
+import json
+from absl import flags
+from benchmarks import recipe
+flags.FLAGS(["recipe", "--kind=bf16", "--output_dir={tmp_path}", "--extra_flags=--seed=3"])
+recipe.step_costs = lambda names, precision: {{"mini": 0.2, "layers_6": 0.5, "vocab_8000": 0.25}}
+recipe.record_costs(["layers_6", "vocab_8000"])
+def timing(names, precision):
+    raise AssertionError(f"timed again: {{names}} in {{precision}}")
+recipe.step_costs = timing
+found = recipe.budgets(["layers_6", "vocab_8000", "mini"])
+flags.FLAGS.extra_flags = ""
+try:
+    recipe.budgets(["layers_6"])
+    afresh = False
+except AssertionError:
+    afresh = True
+print(json.dumps([found, afresh, recipe.KINDS["bf16"]["updates"]]))
+"""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found, afresh, mini = json.loads(result.stdout.splitlines()[-1])
+    assert found["layers_6"][1] == round(mini * 0.2 / 0.5)
+    assert found["vocab_8000"][1] == round(mini * 0.2 / 0.25) and found["mini"][1] == mini
+    assert "step_costs.json" in found["layers_6"][2] and "0.500 s" in found["layers_6"][2]
+    assert afresh
+    with open(tmp_path / "step_costs.json") as stream:
+        (timing,) = json.load(stream)["timings"]
+    assert timing["precision"] == "bfloat16" and timing["extra_flags"] == "--seed=3"
+    assert "date" in timing["machine"]
+    # a wall-clock sweep has no precision to time in: one line naming the flags
+    result = sweep(tmp_path, "--kind=here", "--costs_only")
+    assert result.returncode == 2 and "--costs_only" in result.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in result.stderr
