@@ -85,17 +85,24 @@ class SubwordTokenizer(tf.Module):
                 f"vocab_size={vocab_size}: must be a multiple of 8 and at least 264 "
                 "(4 reserved ids + 256 byte-fallback pieces + some subwords)."
             )
-        empty = []
+        empty, raised = [], []
 
         def sentences():
-            for text in texts:
-                if isinstance(text, bytes):
-                    text = text.decode("utf-8")
-                text = text.strip()
-                if text:
-                    yield text
-                else:
-                    empty.append(1)
+            try:
+                for text in texts:
+                    if isinstance(text, bytes):
+                        text = text.decode("utf-8")
+                    text = text.strip()
+                    if text:
+                        yield text
+                    else:
+                        empty.append(1)
+            except BaseException as error:
+                # SentencePiece turns whatever its input iterator raises (a bad line's ValueError
+                # naming file:line, a signal's Interrupted) into a RuntimeError carrying the
+                # Python stack as text: kept here to be raised again as it was.
+                raised.append(error)
+                raise
 
         spm.set_random_generator_seed(seed)
         buffer = io.BytesIO()
@@ -117,6 +124,8 @@ class SubwordTokenizer(tf.Module):
                 minloglevel=2,
             )
         except RuntimeError as e:
+            if raised:
+                raise raised[0] from None
             message = str(e)
             if "smaller than required_chars" in message:
                 raise ValueError(

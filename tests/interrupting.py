@@ -4,7 +4,8 @@ how cleanly the command stops.
 
     python tests/interrupting.py STAGE SIGNAL MODULE [FLAGS...]
 
-STAGE: dev_bleu (the dev-set translations) or export (the SavedModel writer). The time the signal
+STAGE: vocabulary (learning the subword vocabulary, before training), dev_bleu (the dev-set
+translations) or export (the SavedModel writer). The time the signal
 was sent goes to the file named by $SIGNAL_SENT_AT.
 """
 
@@ -48,6 +49,18 @@ if __name__ == "__main__":
 
         # ExportArchive() returns an instance of the backend's subclass: patch that one.
         type(keras.export.ExportArchive()).write_out = stall(signum, half_write_export)
+    elif stage == "vocabulary":  # the real learning, stalled while it reads the training text
+        from keras_transformer.data import pipeline
+
+        texts_of = pipeline.training_texts
+
+        def training_texts(config):
+            for count, text in enumerate(texts_of(config)):
+                if count == 10:
+                    stall(signum)()
+                yield text
+
+        pipeline.training_texts = training_texts
     else:
         raise SystemExit(f"unknown stage {stage!r}")
     sys.argv = [module] + sys.argv[4:]

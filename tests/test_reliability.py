@@ -117,6 +117,23 @@ def interrupt(stage, signal_name, module, flags, cwd):
     return process.returncode, process.stderr, ended - float(sent_at.read_text())
 
 
+def test_sigterm_while_the_vocabulary_is_learned_stops_at_once_and_writes_nothing(tmp_path):
+    """Before training: the vocabulary is learned by SentencePiece reading the text through Python,
+    where the signal arrives (and which would have turned it into an error of its own)."""
+    (tmp_path / "train.tsv").write_text("".join(f"{en}\t{de}\n" for en, de in PAIRS),
+                                        encoding="utf-8")
+    model_dir = tmp_path / "run"
+    code, stderr, seconds = interrupt("vocabulary", "SIGTERM", "wmt",
+                                      wmt_flags(tmp_path, model_dir, "--train_steps=5"), tmp_path)
+    assert code == 143, stderr[-3000:]
+    assert seconds < PROMPT_EXIT_SECONDS, f"{seconds:.1f} s from the signal to the exit"
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("wmt: error: stopped by SIGTERM")
+    assert not list(tmp_path.rglob("*.model")) and not list(tmp_path.rglob("*.model.json"))
+    assert tf.train.latest_checkpoint(str(model_dir)) is None
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.parametrize("signal_name, status", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_a_signal_during_the_final_dev_bleu_stops_at_once(trained, tmp_path, signal_name, status):
     model_dir = copy_run(trained, tmp_path)

@@ -1,12 +1,14 @@
 """The shared subword vocabulary (keras_transformer/tokenizer.py)."""
 
 import os
+import signal
 
 import numpy as np
 import pytest
 import sentencepiece as spm
 import tensorflow as tf
 
+from keras_transformer import signals
 from keras_transformer.tokenizer import SubwordTokenizer
 
 # Real sentence pairs (Ding dictionary examples), both languages, as the vocabulary sees them.
@@ -130,6 +132,23 @@ def test_bad_vocabulary_sizes_and_files(tmp_path):
     bad.write_bytes(b"not a model")
     with pytest.raises(ValueError, match=r"bad.model is not a SentencePiece model"):
         SubwordTokenizer.load(str(bad))
+
+
+@pytest.mark.parametrize("error", [ValueError("train.tsv:7: no tab between source and target"),
+                                   signals.Interrupted(signal.SIGTERM)],
+                         ids=["a bad line", "a signal"])
+def test_what_the_texts_raise_mid_way_comes_out_as_it_was_and_nothing_is_written(error, tmp_path):
+    """SentencePiece reads the texts through Python and would turn an error of theirs into its own
+    RuntimeError (the Python stack as text): a bad line must still name its file:line alone, and a
+    SIGTERM while the vocabulary is learned must still stop the program as a SIGTERM."""
+    def texts():
+        yield from SENTENCES[:20]
+        raise error
+
+    with pytest.raises(type(error)) as raised:
+        SubwordTokenizer.learn(texts(), VOCAB_SIZE, str(tmp_path / "spm.model"))
+    assert raised.value is error
+    assert os.listdir(tmp_path) == []
 
 
 def test_subword_sampling_varies_segmentation_but_not_text(tokenizer):
