@@ -23,6 +23,7 @@ floors on the same sentences (copy the source; a TF-IDF translation memory). Tes
 at. Records merge into OUTPUT_DIR/recipe.json (one per row, seed and kind) and OUTPUT_DIR/recipe.md.
 """
 
+import copy
 import json
 import os
 import re
@@ -36,7 +37,7 @@ import time
 from absl import flags
 
 from benchmarks import common
-from trainers import data_flags
+from trainers import data_flags, model_flags  # noqa: F401  (the rows' model flags parse here)
 
 # The main job's updates in 20 minutes with the quickstart's defaults, per CPU kind, and the
 # precision --mixed_precision=auto picks there (docs/results.md, "The main job").
@@ -109,25 +110,13 @@ COLUMNS = ["row", "flags", "updates", "dev sacreBLEU (per seed)", "dev loss", "c
 
 
 def flag_values(text, fields):
-    """The flags of ``text`` that name one of ``fields`` as {name: value}, typed as the configs take
-    them (``--name=value``; a boolean as ``--name`` or ``--noname``)."""
-    values = {}
-    for token in shlex.split(text):
-        name, given, value = token.lstrip("-").partition("=")
-        if not given:
-            name, value = (name[2:], False) if name not in fields and name[2:] in fields else (
-                name, True)
-        else:
-            value = {"true": True, "false": False}.get(value.lower(), value)
-            for kind in (int, float):
-                if isinstance(value, str):
-                    try:
-                        value = kind(value)
-                    except ValueError:
-                        pass
-        if name in fields:
-            values[name] = value
-    return values
+    """The flags of ``text`` that name one of ``fields`` as {name: value}, parsed by the trainer's
+    own flag definitions (typed and checked as it takes them); other flags are left out."""
+    parsed = copy.deepcopy(FLAGS)
+    parsed.unparse_flags()  # the defaults again: only what ``text`` gives counts as present
+    parsed(["recipe", *shlex.split(text)], known_only=True)
+    return {name: parsed[name].value for name in fields
+            if name in parsed and parsed[name].present}
 
 
 def step_costs(names, precision):
@@ -142,10 +131,11 @@ def step_costs(names, precision):
 
     corpus_fields = {field.name for field in dataclasses.fields(data.DataConfig)}
     # the vocabulary's size and the length limit are the corpus' (the model's follow from it)
-    model_fields = {field.name for field in dataclasses.fields(kt.TransformerConfig)} - corpus_fields
+    model_fields = ({field.name for field in dataclasses.fields(kt.TransformerConfig)}
+                    - corpus_fields)
+    fields = corpus_fields | model_fields | {"preset"}
     steps = {}
     for name in names:
-        fields = corpus_fields | model_fields
         values = {**common.MAIN_JOB, **flag_values(FLAGS.extra_flags, fields),
                   **flag_values(ROWS[name][0], fields)}
         corpus = {k: v for k, v in values.items() if k in corpus_fields}

@@ -101,6 +101,28 @@ print(json.dumps([recipe.KINDS["avx2"]["updates"],
     assert f"--checkpoint_every_steps={updates // 40}" in limits
 
 
+def test_a_rows_flags_are_read_as_the_trainer_reads_them():
+    code = """
+import json
+from absl import flags
+from benchmarks import recipe
+flags.FLAGS(["recipe", "--kind=bf16"])
+print(json.dumps(recipe.flag_values(
+    "--d_model=192 --nonorm_first --dropout_rate=0.2 --warmup_steps=9 --vocab_size=4000 "
+    "--preset=small --beam_size=2", ["d_model", "norm_first", "dropout_rate", "warmup_steps",
+                                     "vocab_size", "preset", "num_layers", "kind"])))
+"""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # typed, a negated boolean, the preset; flags the cost does not depend on (or this program's
+    # own, given on its command line) are left out
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "d_model": 192, "norm_first": False, "dropout_rate": 0.2, "vocab_size": 4000,
+        "preset": "small"}
+
+
 def test_step_costs_timed_alone_are_recorded_and_used_by_later_sweeps_of_the_same_settings(
         tmp_path):
     """--costs_only's timing (faked here: its arithmetic is the point) lands in step_costs.json; a
