@@ -76,14 +76,7 @@ def run_part(part, output_dir):
     if code != 0:
         console.error_exit(f"part '{part}' failed (exit status {code}); its output is above. "
                            f"Run `{' '.join(command[1:])}` alone to repeat it.")
-    return read_part(json_path(output_dir, part))
-
-
-def read_part(path):
-    import json
-
-    with open(path) as stream:
-        return json.load(stream)
+    return common.read_json(json_path(output_dir, part))
 
 
 def report(results, output_dir):
@@ -143,7 +136,7 @@ def main(argv):
             results[part] = run_part(part, output_dir)
         elif os.path.exists(path):
             print(f"\n=== {part}: not run; reporting the earlier results in {path} ===")
-            results[part] = read_part(path)
+            results[part] = common.read_json(path)
     if not results:
         raise app.UsageError(f"nothing to report: no benchmark results in {output_dir}.")
     print("\n" + report(results, output_dir))

@@ -294,3 +294,11 @@ def write_json(path: str, value) -> None:
     from keras_transformer import writing
 
     writing.write_file(path, json.dumps(value, indent=1))
+
+
+def read_json(path: str, *missing):
+    """The JSON file at ``path``; ``missing[0]`` if given and there is none."""
+    if missing and not os.path.isfile(path):
+        return missing[0]
+    with open(path, encoding="utf-8") as stream:
+        return json.load(stream)

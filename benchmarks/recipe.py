@@ -24,7 +24,6 @@ at. Records merge into OUTPUT_DIR/recipe.json (one per row, seed and kind) and O
 """
 
 import copy
-import json
 import os
 import re
 import shlex
@@ -160,12 +159,10 @@ def costs_path():
 
 
 def recorded_costs(precision):
-    """{row: (mini's and the row's seconds per update, when and where)} of step_costs.json, timed in
-    ``precision`` with today's --extra_flags and --cost_batches (the latest timing of each row)."""
-    if not os.path.isfile(costs_path()):
-        return {}
-    with open(costs_path(), encoding="utf-8") as stream:
-        timings = json.load(stream)["timings"]
+    """{row: (mini's and the row's seconds per update, the machine record of when and where)} of
+    step_costs.json, timed in ``precision`` with today's --extra_flags and --cost_batches (the
+    latest timing of each row)."""
+    timings = common.read_json(costs_path(), {"timings": []})["timings"]
     return {row: ((timing["seconds_per_update"]["mini"], seconds), timing["machine"])
             for timing in timings
             if (timing["precision"], timing["extra_flags"], timing["cost_batches"])
@@ -173,41 +170,35 @@ def recorded_costs(precision):
             for row, seconds in timing["seconds_per_update"].items() if row != "mini"}
 
 
-def record_costs(names):
-    """Times the rows of ``names`` that change the step cost beside mini, in the kind's precision,
-    and appends the timing to step_costs.json; returns {row: seconds per update}."""
-    precision = KINDS[FLAGS.kind]["precision"]
-    costs = step_costs(["mini", *[name for name in names if ROWS[name][2]]], precision)
-    timings = []
-    if os.path.isfile(costs_path()):
-        with open(costs_path(), encoding="utf-8") as stream:
-            timings = json.load(stream)["timings"]
+def record_costs(names, precision):
+    """Times the rows of ``names`` beside mini in ``precision`` and appends the timing to
+    step_costs.json."""
+    timings = common.read_json(costs_path(), {"timings": []})["timings"]
     timings.append({"precision": precision, "extra_flags": FLAGS.extra_flags,
-                    "cost_batches": FLAGS.cost_batches, "seconds_per_update": costs,
+                    "cost_batches": FLAGS.cost_batches,
+                    "seconds_per_update": step_costs(["mini", *names], precision),
                     "machine": common.machine()})
     common.write_json(costs_path(), {"timings": timings})
-    return costs
 
 
 def budgets(names):
     """{row: (its quickstart flags for the budget of --kind, its updates, where they come from)};
-    updates None: 20 minutes of this machine's wall clock."""
+    updates None: 20 minutes of this machine's wall clock. Rows that change the step cost and have
+    no recorded timing are timed first (``record_costs``)."""
     if FLAGS.kind == "here":
         return {name: ([f"--train_minutes={MINUTES:g}"], None, "20 minutes here") for name in names}
     kind = KINDS[FLAGS.kind]
     given = {row: int(n) for row, n in (item.split("=", 1) for item in FLAGS.row_updates)}
+    untimed = [name for name in names if ROWS[name][2] and name not in given
+               and name not in recorded_costs(kind["precision"])]
+    if untimed:
+        record_costs(untimed, kind["precision"])
     recorded = recorded_costs(kind["precision"])
-    timed = [name for name in names if ROWS[name][2] and name not in given and name not in recorded]
-    costs = step_costs(["mini", *timed], kind["precision"]) if timed else {}
     result = {}
     for name in names:
         if name in given:
             updates, source = given[name], "given (--row_updates)"
-        elif name in costs:
-            updates = round(kind["updates"] * costs["mini"] / costs[name])
-            source = (f"the kind's mini updates x {costs['mini']:.3f} s / {costs[name]:.3f} s per "
-                      f"update (mini / the row, timed here in {kind['precision']})")
-        elif name in recorded:
+        elif ROWS[name][2]:
             (mini, seconds), where = recorded[name]
             updates = round(kind["updates"] * mini / seconds)
             source = (f"the kind's mini updates x {mini:.3f} s / {seconds:.3f} s per update (mini / "
@@ -239,8 +230,7 @@ def run_row(name, seed, limits, updates, source):
                          "(its output's end is above); rows before it are recorded")
     from keras_transformer import runs
 
-    with open(os.path.join(run_dir, runs.REPORT_FILE), encoding="utf-8") as stream:
-        report = json.load(stream)
+    report = common.read_json(os.path.join(run_dir, runs.REPORT_FILE))
     if updates is not None and report["steps"] != updates:
         raise ValueError(f"row {name} made {report['steps']} updates, not {updates}")
     with open(os.path.join(run_dir, "train.log"), encoding="utf-8") as stream:
@@ -301,23 +291,16 @@ def main(argv):
     from keras_transformer import writing
 
     if FLAGS.costs_only:
-        costs = record_costs(FLAGS.rows)
-        updates = KINDS[FLAGS.kind]["updates"]
-        for name, seconds in costs.items():
-            print(f"recipe: {name}: {seconds:.4f} s per update in "
-                  f"{KINDS[FLAGS.kind]['precision']}, {round(updates * costs['mini'] / seconds):,} "
-                  f"updates for the {FLAGS.kind} kind", flush=True)
-        print(f"recipe: wrote {common.shown_path(costs_path())}")
-        return
+        record_costs([name for name in FLAGS.rows if ROWS[name][2]], KINDS[FLAGS.kind]["precision"])
     planned = budgets(FLAGS.rows)  # every row's budget is known before the first trains
     for name, (_, updates, source) in planned.items():
         print(f"recipe: {name}: {f'{updates:,} updates' if updates else '20 minutes'} ({source})",
               flush=True)
+    if FLAGS.costs_only:
+        print(f"recipe: wrote {common.shown_path(costs_path())}")
+        return
     path = os.path.join(FLAGS.output_dir, "recipe.json")
-    records = []
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as stream:
-            records = json.load(stream)["rows"]
+    records = common.read_json(path, {"rows": []})["rows"]
     for name in FLAGS.rows:
         for seed in FLAGS.seeds:
             record = run_row(name, seed, *planned[name])

@@ -38,7 +38,6 @@ precision, and whether that change is within noise (``targets.repeat_comparison`
 status is 1 if a row differs by more.
 """
 
-import json
 import os
 import statistics
 import sys
@@ -235,8 +234,7 @@ def divide_by_the_peak(rows, peak):
 def compare(result, path):
     """Each row beside the same configuration of the earlier JSON at ``path``; False if one
     differs beyond its noise."""
-    with open(path) as stream:
-        earlier = json.load(stream)
+    earlier = common.read_json(path)
     result["comparison"] = {"earlier": common.shown_path(path),
                             "earlier_date": earlier["machine"]["date"],
                             "rows": targets.repeat_comparison(earlier, result["rows"])}

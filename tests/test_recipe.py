@@ -78,7 +78,7 @@ def test_a_row_that_changes_the_step_cost_gets_mini_updates_scaled_by_the_timed_
 import json, sys
 from absl import flags
 from benchmarks import recipe
-flags.FLAGS(["recipe", "--kind=avx2", "--cost_batches=2",
+flags.FLAGS(["recipe", "--kind=avx2", "--cost_batches=2", "--output_dir={tmp_path}",
              "--extra_flags={toy_extra_flags(tmp_path)}", "--row_updates=layers_4=77"])
 print(json.dumps([recipe.KINDS["avx2"]["updates"],
                   recipe.budgets(["mini", "layers_6", "label_smoothing_0.2", "layers_4"])]))
@@ -134,7 +134,7 @@ from absl import flags
 from benchmarks import recipe
 flags.FLAGS(["recipe", "--kind=bf16", "--output_dir={tmp_path}", "--extra_flags=--seed=3"])
 recipe.step_costs = lambda names, precision: {{"mini": 0.2, "layers_6": 0.5, "vocab_8000": 0.25}}
-recipe.record_costs(["layers_6", "vocab_8000"])
+recipe.record_costs(["layers_6", "vocab_8000"], "bfloat16")
 def timing(names, precision):
     raise AssertionError(f"timed again: {{names}} in {{precision}}")
 recipe.step_costs = timing
