@@ -301,4 +301,7 @@ def read_json(path: str, *missing):
     if missing and not os.path.isfile(path):
         return missing[0]
     with open(path, encoding="utf-8") as stream:
-        return json.load(stream)
+        try:
+            return json.load(stream)
+        except ValueError as error:
+            raise ValueError(f"{path}: not a JSON file of this project ({error})") from None

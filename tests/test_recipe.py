@@ -164,3 +164,10 @@ print(json.dumps([found, afresh, recipe.KINDS["bf16"]["updates"]]))
     result = sweep(tmp_path, "--kind=here", "--costs_only")
     assert result.returncode == 2 and "--costs_only" in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
+    # a damaged record: one line naming it, nothing timed or trained
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "step_costs.json").write_text('{"timings": [')
+    result = sweep(tmp_path, "--kind=bf16", "--rows=layers_4")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"recipe: error: {tmp_path / 'results' / 'step_costs.json'}: not a JSON file")
