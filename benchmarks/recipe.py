@@ -52,6 +52,8 @@ ROWS = {
     "heads_2": ("--num_heads=2", "h", True),
     "heads_8": ("--num_heads=8", "h", True),
     "dropout_0.2": ("--dropout_rate=0.2", "P_drop", False),
+    "dropout_0": ("--dropout_rate=0", "P_drop (none: 0.2 underfits more)", False),
+    "label_smoothing_0": ("--label_smoothing=0", "epsilon_ls (none: 0.2 did worse)", False),
     "label_smoothing_0.2": ("--label_smoothing=0.2", "epsilon_ls", False),
     "label_smoothing_0.3": ("--label_smoothing=0.3", "epsilon_ls (Araabi & Monz 2020)", False),
     "word_dropout_0.1": ("--source_word_dropout=0.1 --target_word_dropout=0.1",
