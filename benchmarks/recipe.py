@@ -13,7 +13,7 @@ every 1/40 of the updates (the quickstart's 30 s of 20 minutes), by steps for th
 row that changes the cost of a step (model size, batch, vocabulary, length) makes a different
 number of updates in 20 minutes: mini's updates on the kind times mini's seconds per update over
 the row's, both timed here in the kind's precision on their own real batches of the corpus, in
-turns (``step_costs``); or given with --row_updates, e.g. the updates of the row's own 20 minutes on
+turns (``step_costs``), and recorded in OUTPUT_DIR/step_costs.json; or given with --row_updates, e.g. the updates of the row's own 20 minutes on
 that kind (``--kind=here``: wall clock on this machine, its updates recorded). Two rows training side
 by side would disturb each other's timing, so ``--costs_only`` times the rows alone, once, into
 OUTPUT_DIR/step_costs.json, which later sweeps with the same precision and --extra_flags use.
@@ -85,7 +85,8 @@ flags.DEFINE_enum("kind", "avx2", [*KINDS, "here"], "Whose 20 minutes: the updat
 flags.DEFINE_list("rows", ["mini"], f"Rows to run, of: {', '.join(ROWS)}.")
 flags.DEFINE_list("seeds", ["1"], "Seeds of each row (weights, dropout, data order).")
 flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW in 20 minutes "
-                  "(default: mini's, scaled by the step costs timed here for rows that change them).")
+                  "(default: mini's, scaled by the step costs in step_costs.json, timed first if "
+                  "missing).")
 flags.DEFINE_integer("cost_batches", 8, "Real batches each row's step is timed on.", lower_bound=1)
 flags.DEFINE_bool("costs_only", False, "Only time the step costs of --rows that change them (and "
                   "mini's), in the kind's precision, and record them in OUTPUT_DIR/step_costs.json, "
@@ -191,11 +192,11 @@ def budgets(names):
         return {name: ([f"--train_minutes={MINUTES:g}"], None, "20 minutes here") for name in names}
     kind = KINDS[FLAGS.kind]
     given = {row: int(n) for row, n in (item.split("=", 1) for item in FLAGS.row_updates)}
-    untimed = [name for name in names if ROWS[name][2] and name not in given
-               and name not in recorded_costs(kind["precision"])]
+    recorded = recorded_costs(kind["precision"])
+    untimed = [name for name in names if ROWS[name][2] and name not in given | recorded.keys()]
     if untimed:
         record_costs(untimed, kind["precision"])
-    recorded = recorded_costs(kind["precision"])
+        recorded = recorded_costs(kind["precision"])
     result = {}
     for name in names:
         if name in given:

@@ -5,8 +5,8 @@ how cleanly the command stops.
     python tests/interrupting.py STAGE SIGNAL MODULE [FLAGS...]
 
 STAGE: vocabulary (learning the subword vocabulary, before training), dev_bleu (the dev-set
-translations) or export (the SavedModel writer). The time the signal
-was sent goes to the file named by $SIGNAL_SENT_AT.
+translations) or export (the SavedModel writer). The time the signal was sent goes to the file
+named by $SIGNAL_SENT_AT.
 """
 
 import os
