@@ -13,10 +13,11 @@ every 1/40 of the updates (the quickstart's 30 s of 20 minutes), by steps for th
 row that changes the cost of a step (model size, batch, vocabulary, length) makes a different
 number of updates in 20 minutes: mini's updates on the kind times mini's seconds per update over
 the row's, both timed here in the kind's precision on their own real batches of the corpus, in
-turns (``step_costs``), and recorded in OUTPUT_DIR/step_costs.json; or given with --row_updates, e.g. the updates of the row's own 20 minutes on
-that kind (``--kind=here``: wall clock on this machine, its updates recorded). Two rows training side
-by side would disturb each other's timing, so ``--costs_only`` times the rows alone, once, into
-OUTPUT_DIR/step_costs.json, which later sweeps with the same precision and --extra_flags use.
+turns (``step_costs``), and recorded in OUTPUT_DIR/step_costs.json; or given with --row_updates,
+e.g. the updates of the row's own 20 minutes on that kind (``--kind=here``: wall clock on this
+machine, its updates recorded). Two rows training side by side would disturb each other's timing,
+so ``--costs_only`` times the rows alone, once, into OUTPUT_DIR/step_costs.json, which later sweeps
+with the same precision and --extra_flags use.
 
 The score is dev sacreBLEU (beam 4, alpha 0.6, the weights the quickstart picks on dev) beside the
 floors on the same sentences (copy the source; a TF-IDF translation memory). Test is never looked
@@ -88,9 +89,10 @@ flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW
                   "(default: mini's, scaled by the step costs in step_costs.json, timed first if "
                   "missing).")
 flags.DEFINE_integer("cost_batches", 8, "Real batches each row's step is timed on.", lower_bound=1)
-flags.DEFINE_bool("costs_only", False, "Only time the step costs of --rows that change them (and "
-                  "mini's), in the kind's precision, and record them in OUTPUT_DIR/step_costs.json, "
-                  "where later sweeps find them: timed alone once, rows can then train side by side.")
+flags.DEFINE_bool("costs_only", False, "Only time the step costs of --rows that change them "
+                  "(and mini's), in the kind's precision, and record them in "
+                  "OUTPUT_DIR/step_costs.json, where later sweeps find them: timed alone once, "
+                  "rows can then train side by side.")
 flags.DEFINE_string("output_dir", os.path.join("benchmarks", "results"),
                     "Where recipe.json and recipe.md go.")
 flags.DEFINE_string("runs_dir", os.path.join("runs", "recipe"), "Where the rows train.")
@@ -204,8 +206,8 @@ def budgets(names):
         elif ROWS[name][2]:
             (mini, seconds), where = recorded[name]
             updates = round(kind["updates"] * mini / seconds)
-            source = (f"the kind's mini updates x {mini:.3f} s / {seconds:.3f} s per update (mini / "
-                      f"the row, timed in {kind['precision']} on {where['date']}, "
+            source = (f"the kind's mini updates x {mini:.3f} s / {seconds:.3f} s per update "
+                      f"(mini / the row, timed in {kind['precision']} on {where['date']}, "
                       f"{os.path.basename(costs_path())})")
         else:
             updates, source = kind["updates"], "the kind's mini updates (the same step cost)"
