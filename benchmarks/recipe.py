@@ -3,6 +3,7 @@
     python -m benchmarks.recipe --kind=avx2 --rows=mini,dropout_0.2 --seeds=1,2
     python -m benchmarks.recipe --kind=bf16 --rows=d_model_192 --row_updates=d_model_192=4100
     python -m benchmarks.recipe --kind=bf16 --rows=d_model_192,layers_4 --costs_only
+    python -m benchmarks.recipe --kind=avx2 --rows=average_last_10,interval_x2 --seeds=1,2
 
 A row is ``python -m trainers.quickstart --eval_split=dev`` with the row's flags on top of the
 quickstart's defaults, in a fresh process, one after another (two at once would share the cores).
@@ -18,6 +19,12 @@ e.g. the updates of the row's own 20 minutes on that kind (``--kind=here``: wall
 machine, its updates recorded). Two rows training side by side would disturb each other's timing,
 so ``--costs_only`` times the rows alone, once, into OUTPUT_DIR/step_costs.json, which later sweeps
 with the same precision and --extra_flags use.
+
+A selection row (``SELECTIONS``: a longer average, the last checkpoint, checkpoints further apart)
+trains nothing: it averages other checkpoints of mini's run of the same seed, kind and
+--extra_flags, kept for it in RUNS_DIR (mini keeps enough checkpoints), and scores them on dev
+as the quickstart scores its average; mini is trained first when its run is not there. So such a
+row differs from mini in the choice of weights only.
 
 The score is dev sacreBLEU (beam 4, alpha 0.6, the weights the quickstart picks on dev) beside the
 floors on the same sentences (copy the source; a TF-IDF translation memory). Test is never looked
@@ -37,7 +44,8 @@ import time
 from absl import flags
 
 from benchmarks import common
-from trainers import data_flags, model_flags  # noqa: F401  (the rows' model flags parse here)
+# the rows' model, corpus and search flags parse here
+from trainers import data_flags, decoding_flags, model_flags  # noqa: F401
 
 # The main job's updates in 20 minutes with the quickstart's defaults, per CPU kind, and the
 # precision --mixed_precision=auto picks there (docs/results.md, "The main job").
@@ -76,14 +84,25 @@ ROWS = {
     "vocab_8000": ("--vocab_size=8000", "vocabulary", True),
     "max_length_48": ("--max_length=48", "max length", True),
     "max_length_96": ("--max_length=96", "max length", True),
-    "average_last_10": ("--average_last=10", "selection: a longer average", False),
-    "last_checkpoint": ("--average_last=1", "selection: the last checkpoint", False),
 }
+# Rows that choose other weights of mini's own run instead of training: name -> (every how many of
+# its checkpoints, newest first, how many, the flags a trained row would give, what it asks). The
+# training is mini's, so the comparison is paired: only the choice of weights differs.
+SELECTIONS = {
+    "average_last_10": (1, 10, "--average_last=10", "selection: a longer average"),
+    "last_checkpoint": (1, 1, "--average_last=1", "selection: the last checkpoint"),
+    "interval_x2": (2, 5, "(every 2nd of mini's checkpoints)",
+                    "selection: 5 checkpoints, twice the interval apart"),
+    "interval_x4": (4, 5, "(every 4th of mini's checkpoints)",
+                    "selection: 5 checkpoints, 4x the interval apart"),
+}
+# mini keeps enough of its checkpoints for every selection (the trainer keeps the newest)
+KEEP_FOR_SELECTIONS = max(every * (count - 1) + 1 for every, count, _, _ in SELECTIONS.values())
 MINUTES = 20.0
 
 flags.DEFINE_enum("kind", "avx2", [*KINDS, "here"], "Whose 20 minutes: the updates and precision "
                   "of a CPU kind (KINDS), or `here`: 20 minutes of wall clock on this machine.")
-flags.DEFINE_list("rows", ["mini"], f"Rows to run, of: {', '.join(ROWS)}.")
+flags.DEFINE_list("rows", ["mini"], f"Rows to run, of: {', '.join([*ROWS, *SELECTIONS])}.")
 flags.DEFINE_list("seeds", ["1"], "Seeds of each row (weights, dropout, data order).")
 flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW in 20 minutes "
                   "(default: mini's, scaled by the step costs in step_costs.json, timed first if "
@@ -98,8 +117,8 @@ flags.DEFINE_string("output_dir", os.path.join("benchmarks", "results"),
 flags.DEFINE_string("runs_dir", os.path.join("runs", "recipe"), "Where the rows train.")
 flags.DEFINE_string("extra_flags", "", "trainers.quickstart flags added to every row, one string.")
 flags.DEFINE_bool("keep_runs", False, "Keep the rows' run folders after scoring.")
-flags.register_validator("rows", lambda rows: all(r in ROWS for r in rows),
-                         f"--rows: each must be one of {', '.join(ROWS)}.")
+flags.register_validator("rows", lambda rows: all(r in ROWS or r in SELECTIONS for r in rows),
+                         f"--rows: each must be one of {', '.join([*ROWS, *SELECTIONS])}.")
 flags.register_validator(
     "row_updates", lambda items: all(
         row in ROWS and n.isdigit() and int(n) > 0
@@ -218,12 +237,18 @@ def budgets(names):
     return result
 
 
-def run_row(name, seed, limits, updates, source):
-    """Trains and scores one row on dev; returns its record."""
-    run_dir = os.path.join(FLAGS.runs_dir, f"{name}-{FLAGS.kind}-seed{seed}")
+def run_dir_of(name, seed):
+    return os.path.join(FLAGS.runs_dir, f"{name}-{FLAGS.kind}-seed{seed}")
+
+
+def run_row(name, seed, limits, updates, source, keep=False):
+    """Trains and scores one row on dev; returns its record. Its run folder is deleted afterwards
+    unless --keep_runs or ``keep``; mini's keeps the checkpoints the selections choose from."""
+    run_dir = run_dir_of(name, seed)
+    kept = [f"--keep_checkpoints={KEEP_FOR_SELECTIONS}"] if name == "mini" else []
     command = [sys.executable, "-m", "trainers.quickstart", "--eval_split=dev", "--overwrite",
                f"--model_dir={run_dir}", f"--export_dir={os.path.join(run_dir, 'export')}",
-               f"--seed={seed}", "--samples=1", *limits, *shlex.split(FLAGS.extra_flags),
+               f"--seed={seed}", "--samples=1", *limits, *kept, *shlex.split(FLAGS.extra_flags),
                *shlex.split(ROWS[name][0])]
     print(f"recipe: {name}, seed {seed}: {shlex.join(command[1:])}", flush=True)
     started = time.monotonic()
@@ -242,18 +267,62 @@ def run_row(name, seed, limits, updates, source):
         # the dev evaluations' progress lines (training/callbacks.py): the row's learning curve
         curve = [[int(step), float(loss), float(bleu)] for step, loss, bleu in re.findall(
             r"step (\d+) \| dev loss ([\d.]+) .*\| dev BLEU ([\d.]+)", stream.read())]
-    if not FLAGS.keep_runs:
+    if not (FLAGS.keep_runs or keep):
         shutil.rmtree(run_dir, ignore_errors=True)
     kind = KINDS.get(FLAGS.kind, dict(label=common.cpu_model()))["label"]
     return {"row": name, "flags": ROWS[name][0], "asks": ROWS[name][1], "seed": int(seed),
             "kind": FLAGS.kind, "kind_label": kind, "emulated": FLAGS.kind != "here",
-            "updates_from": source,
+            "updates_from": source, "command": report["command"],
             "extra_flags": FLAGS.extra_flags, "updates": report["steps"],
             "train_minutes": report["train_minutes"], "dev_sacrebleu": report["sacrebleu"],
             "dev_chrf": report["chrf"], "final_dev_loss": report["final_dev_loss"],
             "dev_curve": curve,
             "weights": report["weights"], "floors": report["floors"],
             "dev_sentences": report["test_sentences"],
+            "wall_minutes": (time.monotonic() - started) / 60, "machine": common.machine()}
+
+
+def kept_mini(seed, records):
+    """mini's record of ``seed`` (this kind and --extra_flags) if its run folder is still there
+    with the checkpoints the selections need, else None."""
+    from keras_transformer.training import checkpoints
+
+    record = next((r for r in records if key(r) == ("mini", int(seed), FLAGS.kind,
+                                                    FLAGS.extra_flags)), None)
+    run_dir = run_dir_of("mini", seed)
+    if record is None or not os.path.isdir(run_dir):
+        return None
+    return record if len(checkpoints.checkpoint_paths(run_dir)) >= KEEP_FOR_SELECTIONS else None
+
+
+def select_row(name, mini):
+    """Scores on dev the weights selection ``name`` chooses among the checkpoints of mini's kept
+    run (record ``mini``), averaged as the trainer averages (section 6.1), decoded as the
+    quickstart decoded mini (beam 4, alpha 0.6, or the search flags of --extra_flags); returns
+    its record, the rest of it mini's."""
+    from keras_transformer import data, evaluation, runs
+    from keras_transformer.inference import DecodingConfig
+    from keras_transformer.training import average_run, checkpoints
+
+    every, count, equivalent, asks = SELECTIONS[name]
+    run_dir = run_dir_of("mini", mini["seed"])
+    chosen = checkpoints.checkpoint_paths(run_dir)[::-1][::every][:count][::-1]
+    print(f"recipe: {name}, seed {mini['seed']}: averaging "
+          f"{', '.join(os.path.basename(path) for path in chosen)} of {run_dir}", flush=True)
+    started = time.monotonic()
+    prefix = average_run(run_dir, checkpoints=chosen,
+                         output=os.path.join(run_dir, "selections", name, "ckpt"))
+    search = DecodingConfig(**flag_values(FLAGS.extra_flags, decoding_flags.NAMES))
+    translator = runs.load_translator(run_dir, prefix, search)
+    sources, references = data.read_pairs(translator.data_config, "dev")
+    result, _ = evaluation.translate_and_evaluate(
+        translator.text_function(), sources, references, translator.data_config.target_language,
+        batch_size=64)
+    return {**mini, "row": name, "flags": equivalent, "asks": asks,
+            "updates_from": f"mini's run: {len(chosen)} of its checkpoints "
+                            f"({', '.join(os.path.basename(path) for path in chosen)})",
+            "dev_sacrebleu": result.sacrebleu.score, "dev_chrf": result.chrf.score,
+            "weights": f"average of {len(chosen)} checkpoints, every {every} of mini's",
             "wall_minutes": (time.monotonic() - started) / 60, "machine": common.machine()}
 
 
@@ -296,19 +365,32 @@ def main(argv):
     from keras_transformer import writing
 
     if FLAGS.costs_only:
-        record_costs([name for name in FLAGS.rows if ROWS[name][2]], KINDS[FLAGS.kind]["precision"])
-    planned = budgets(FLAGS.rows)  # every row's budget is known before the first trains
+        record_costs([name for name in FLAGS.rows if name in ROWS and ROWS[name][2]],
+                     KINDS[FLAGS.kind]["precision"])
+    path = os.path.join(FLAGS.output_dir, "recipe.json")
+    records = common.read_json(path, {"rows": []})["rows"]
+    selections = [name for name in FLAGS.rows if name in SELECTIONS]
+    trained = [name for name in FLAGS.rows if name in ROWS]
+    # a seed whose mini run is not kept trains mini (first) for the selections to choose from
+    retrain = {seed for seed in FLAGS.seeds if selections and not kept_mini(seed, records)}
+    if retrain and "mini" not in trained:
+        trained.insert(0, "mini")
+    planned = budgets(trained)  # every row's budget is known before the first trains
     for name, (_, updates, source) in planned.items():
         print(f"recipe: {name}: {f'{updates:,} updates' if updates else '20 minutes'} ({source})",
               flush=True)
     if FLAGS.costs_only:
         print(f"recipe: wrote {common.shown_path(costs_path())}")
         return
-    path = os.path.join(FLAGS.output_dir, "recipe.json")
-    records = common.read_json(path, {"rows": []})["rows"]
-    for name in FLAGS.rows:
+    for name in trained + selections:
         for seed in FLAGS.seeds:
-            record = run_row(name, seed, *planned[name])
+            if name in SELECTIONS:
+                record = select_row(name, kept_mini(seed, records))
+            elif name == "mini" and seed not in retrain and "mini" not in FLAGS.rows:
+                continue  # kept from an earlier sweep
+            else:
+                keep = name == "mini" and bool(selections)  # for the selections after it
+                record = run_row(name, seed, *planned[name], keep=keep)
             records = [r for r in records if key(r) != key(record)] + [record]
             common.write_json(path, {"rows": records})
             writing.write_file(os.path.join(FLAGS.output_dir, "recipe.md"), table(records))

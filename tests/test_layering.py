@@ -102,7 +102,8 @@ def _parsed(path):
 
 def test_benchmarks_are_an_instrument_of_bounded_size():
     """benchmarks/ holds the instrument (report, targets, throughput, decoding against CTranslate2,
-    input pipeline, step profile, the recipe sweep, the OpenNMT-tf twin), not a lab notebook of
+    input pipeline, step profile, the recipe sweep and its checkpoint selections, the OpenNMT-tf
+    twin), not a lab notebook of
     one-off harnesses."""
     lines, long_functions = 0, []
     for path in _python_files("benchmarks"):
@@ -113,7 +114,7 @@ def test_benchmarks_are_an_instrument_of_bounded_size():
                            for node in ast.walk(tree)
                            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                            and node.end_lineno - node.lineno + 1 > 80]
-    assert lines <= 2450, f"benchmarks/ has {lines} lines"
+    assert lines <= 2550, f"benchmarks/ has {lines} lines"
     assert not long_functions, long_functions
 
 

@@ -171,3 +171,65 @@ print(json.dumps([found, afresh, recipe.KINDS["bf16"]["updates"]]))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(
         f"recipe: error: {tmp_path / 'results' / 'step_costs.json'}: not a JSON file")
+
+
+def test_selection_rows_choose_among_mini_kept_checkpoints_and_score_them_as_the_quickstart(
+        tmp_path, monkeypatch):
+    """A selection row trains nothing: mini trains first (keeping its checkpoints), the row
+    averages every Nth of them and scores dev; the average is the mean of those checkpoints, and
+    mini's own choice scored this way is mini's record. A later sweep reuses the kept run."""
+    import numpy as np
+    import tensorflow as tf
+
+    extra = toy_extra_flags(tmp_path)
+    for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):  # deterministic training
+        monkeypatch.setenv(name, "1")
+    env = dict(os.environ)
+    result = sweep(tmp_path, f"--extra_flags={extra}", "--kind=avx2", "--rows=interval_x2",
+                   "--row_updates=mini=40")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    records = {r["row"]: r for r in json.loads(
+        (tmp_path / "results" / "recipe.json").read_text())["rows"]}
+    assert set(records) == {"mini", "interval_x2"}
+    mini, selected = records["mini"], records["interval_x2"]
+    assert mini["updates"] == selected["updates"] == 40
+    assert any(part.startswith("--keep_checkpoints=") for part in mini["command"])
+    run_dir = tmp_path / "runs" / "mini-avx2-seed1"
+    # every 2nd of the newest checkpoints, 5 of them: steps 40, 38, ..., 32 (one per step here)
+    chosen = re.findall(r"ckpt-\d+", selected["updates_from"])
+    assert chosen == [f"ckpt-{n}" for n in (32, 34, 36, 38, 40)], selected["updates_from"]
+    average = str(run_dir / "selections" / "interval_x2" / "ckpt")
+    reader = tf.train.load_checkpoint(average)
+    readers = [tf.train.load_checkpoint(str(run_dir / name)) for name in chosen]
+    names = [name for name, dtype in reader.get_variable_to_dtype_map().items()
+             if "/.ATTRIBUTES/" in name and dtype.is_floating]  # the weights, not counters
+    assert len(names) > 10
+    for name in names:
+        np.testing.assert_allclose(
+            reader.get_tensor(name), np.mean([r.get_tensor(name) for r in readers], axis=0),
+            rtol=1e-5, atol=1e-6)
+    # mini's own weights, chosen as a selection (the last 5, every one), score what mini's record
+    # says: the selections are scored as the quickstart scores
+    code = f"""
+import json
+from absl import flags
+from benchmarks import recipe
+flags.FLAGS(["recipe", "--kind=avx2", "--output_dir={tmp_path / 'results'}",
+             "--runs_dir={tmp_path / 'runs'}", "--extra_flags={extra}"])
+records = json.load(open("{tmp_path / 'results' / 'recipe.json'}"))["rows"]
+recipe.SELECTIONS["as_mini"] = (1, 5, "", "")
+print(json.dumps(recipe.select_row("as_mini", recipe.kept_mini("1", records))["dev_sacrebleu"]))
+"""
+    again = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.splitlines()[-1]) == mini["dev_sacrebleu"]
+    # a later sweep of another selection reuses the kept run: nothing trains
+    result = sweep(tmp_path, f"--extra_flags={extra}", "--kind=avx2", "--rows=last_checkpoint",
+                   "--row_updates=mini=40")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "trainers.quickstart" not in result.stdout
+    records = {r["row"]: r for r in json.loads(
+        (tmp_path / "results" / "recipe.json").read_text())["rows"]}
+    assert records["mini"] == mini and re.findall(
+        r"ckpt-\d+", records["last_checkpoint"]["updates_from"]) == ["ckpt-40"]
