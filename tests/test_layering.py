@@ -103,8 +103,7 @@ def _parsed(path):
 def test_benchmarks_are_an_instrument_of_bounded_size():
     """benchmarks/ holds the instrument (report, targets, throughput, decoding against CTranslate2,
     input pipeline, step profile, the recipe sweep and its checkpoint selections, the OpenNMT-tf
-    twin), not a lab notebook of
-    one-off harnesses."""
+    twin), not a lab notebook of one-off harnesses."""
     lines, long_functions = 0, []
     for path in _python_files("benchmarks"):
         source, tree = _parsed(path)
