@@ -4,6 +4,7 @@
     python -m benchmarks.recipe --kind=bf16 --rows=d_model_192 --row_updates=d_model_192=4100
     python -m benchmarks.recipe --kind=bf16 --rows=d_model_192,layers_4 --costs_only
     python -m benchmarks.recipe --kind=avx2 --rows=average_last_10,interval_x2 --seeds=1,2
+    python -m benchmarks.recipe --kind=avx2 --rows=warmup_1000+token_budget_1024 --seeds=1,2
 
 A row is ``python -m trainers.quickstart --eval_split=dev`` with the row's flags on top of the
 quickstart's defaults, in a fresh process, one after another (two at once would share the cores).
@@ -19,6 +20,10 @@ e.g. the updates of the row's own 20 minutes on that kind (``--kind=here``: wall
 machine, its updates recorded). Two rows training side by side would disturb each other's timing,
 so ``--costs_only`` times the rows alone, once, into OUTPUT_DIR/step_costs.json, which later sweeps
 with the same precision and --extra_flags use.
+
+Rows joined by + combine their flags (the winners of single rows, put together); such a row costs
+what its cost-changing parts cost together, so one recorded timing serves every combination with
+the same parts.
 
 A selection row (``SELECTIONS``: a longer average, the last checkpoint, checkpoints further apart)
 trains nothing: it averages other checkpoints of mini's run of the same seed, kind and
@@ -100,9 +105,30 @@ SELECTIONS = {
 KEEP_FOR_SELECTIONS = max(every * (count - 1) + 1 for every, count, _, _ in SELECTIONS.values())
 MINUTES = 20.0
 
+
+def parts(name):
+    """The ROWS a row combines: ``warmup_1000+token_budget_1024`` is both rows' flags at once."""
+    return name.split("+")
+
+
+def is_row(name):
+    return all(part in ROWS for part in parts(name))
+
+
+def row_flags(name):
+    return " ".join(ROWS[part][0] for part in parts(name) if ROWS[part][0])
+
+
+def cost_row(name):
+    """The row whose step cost ``name`` has: its parts that change the cost (None: mini's cost).
+    A combination costs what its cost-changing parts cost together, so the timing of e.g.
+    token_budget_1024 serves warmup_1000+token_budget_1024 too."""
+    return "+".join(part for part in parts(name) if ROWS[part][2]) or None
+
 flags.DEFINE_enum("kind", "avx2", [*KINDS, "here"], "Whose 20 minutes: the updates and precision "
                   "of a CPU kind (KINDS), or `here`: 20 minutes of wall clock on this machine.")
-flags.DEFINE_list("rows", ["mini"], f"Rows to run, of: {', '.join([*ROWS, *SELECTIONS])}.")
+flags.DEFINE_list("rows", ["mini"], f"Rows to run, of: {', '.join([*ROWS, *SELECTIONS])}; "
+                  "or rows of ROWS joined by + (their flags together).")
 flags.DEFINE_list("seeds", ["1"], "Seeds of each row (weights, dropout, data order).")
 flags.DEFINE_list("row_updates", [], "ROW=N: the updates the kind makes with ROW in 20 minutes "
                   "(default: mini's, scaled by the step costs in step_costs.json, timed first if "
@@ -117,11 +143,12 @@ flags.DEFINE_string("output_dir", os.path.join("benchmarks", "results"),
 flags.DEFINE_string("runs_dir", os.path.join("runs", "recipe"), "Where the rows train.")
 flags.DEFINE_string("extra_flags", "", "trainers.quickstart flags added to every row, one string.")
 flags.DEFINE_bool("keep_runs", False, "Keep the rows' run folders after scoring.")
-flags.register_validator("rows", lambda rows: all(r in ROWS or r in SELECTIONS for r in rows),
-                         f"--rows: each must be one of {', '.join([*ROWS, *SELECTIONS])}.")
+flags.register_validator("rows", lambda rows: all(is_row(r) or r in SELECTIONS for r in rows),
+                         f"--rows: each must be one of {', '.join([*ROWS, *SELECTIONS])}, or "
+                         "rows of the first kind joined by +.")
 flags.register_validator(
     "row_updates", lambda items: all(
-        row in ROWS and n.isdigit() and int(n) > 0
+        is_row(row) and n.isdigit() and int(n) > 0
         for row, _, n in (item.partition("=") for item in items)),
     "--row_updates: each must be ROW=N, a row of --rows' list and a positive number of updates.")
 flags.register_multi_flags_validator(
@@ -160,7 +187,7 @@ def step_costs(names, precision):
     steps = {}
     for name in names:
         values = {**common.MAIN_JOB, **flag_values(FLAGS.extra_flags, fields),
-                  **flag_values(ROWS[name][0], fields)}
+                  **flag_values(row_flags(name), fields)}
         corpus = {k: v for k, v in values.items() if k in corpus_fields}
         model = {k: v for k, v in values.items() if k in model_fields}
         config = data_flags.data_config(xla=False, **corpus)
@@ -214,7 +241,8 @@ def budgets(names):
     kind = KINDS[FLAGS.kind]
     given = {row: int(n) for row, n in (item.split("=", 1) for item in FLAGS.row_updates)}
     recorded = recorded_costs(kind["precision"])
-    untimed = [name for name in names if ROWS[name][2] and name not in given | recorded.keys()]
+    untimed = sorted({cost_row(name) for name in names
+                      if name not in given and cost_row(name) not in recorded.keys() | {None}})
     if untimed:
         record_costs(untimed, kind["precision"])
         recorded = recorded_costs(kind["precision"])
@@ -222,12 +250,12 @@ def budgets(names):
     for name in names:
         if name in given:
             updates, source = given[name], "given (--row_updates)"
-        elif ROWS[name][2]:
-            (mini, seconds), where = recorded[name]
+        elif cost_row(name):
+            (mini, seconds), where = recorded[cost_row(name)]
             updates = round(kind["updates"] * mini / seconds)
             source = (f"the kind's mini updates x {mini:.3f} s / {seconds:.3f} s per update "
-                      f"(mini / the row, timed in {kind['precision']} on {where['date']}, "
-                      f"{os.path.basename(costs_path())})")
+                      f"(mini / {cost_row(name)}, timed in {kind['precision']} on "
+                      f"{where['date']}, {os.path.basename(costs_path())})")
         else:
             updates, source = kind["updates"], "the kind's mini updates (the same step cost)"
         result[name] = ([f"--train_steps={updates}", "--train_minutes=100000",
@@ -249,7 +277,7 @@ def run_row(name, seed, limits, updates, source, keep=False):
     command = [sys.executable, "-m", "trainers.quickstart", "--eval_split=dev", "--overwrite",
                f"--model_dir={run_dir}", f"--export_dir={os.path.join(run_dir, 'export')}",
                f"--seed={seed}", "--samples=1", *limits, *kept, *shlex.split(FLAGS.extra_flags),
-               *shlex.split(ROWS[name][0])]
+               *shlex.split(row_flags(name))]
     print(f"recipe: {name}, seed {seed}: {shlex.join(command[1:])}", flush=True)
     started = time.monotonic()
     completed = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -270,7 +298,8 @@ def run_row(name, seed, limits, updates, source, keep=False):
     if not (FLAGS.keep_runs or keep):
         shutil.rmtree(run_dir, ignore_errors=True)
     kind = KINDS.get(FLAGS.kind, dict(label=common.cpu_model()))["label"]
-    return {"row": name, "flags": ROWS[name][0], "asks": ROWS[name][1], "seed": int(seed),
+    return {"row": name, "flags": row_flags(name),
+            "asks": " + ".join(ROWS[part][1] for part in parts(name)), "seed": int(seed),
             "kind": FLAGS.kind, "kind_label": kind, "emulated": FLAGS.kind != "here",
             "updates_from": source, "command": report["command"],
             "extra_flags": FLAGS.extra_flags, "updates": report["steps"],
@@ -365,12 +394,12 @@ def main(argv):
     from keras_transformer import writing
 
     if FLAGS.costs_only:
-        record_costs([name for name in FLAGS.rows if name in ROWS and ROWS[name][2]],
+        record_costs(sorted({cost_row(name) for name in FLAGS.rows if is_row(name)} - {None}),
                      KINDS[FLAGS.kind]["precision"])
     path = os.path.join(FLAGS.output_dir, "recipe.json")
     records = common.read_json(path, {"rows": []})["rows"]
     selections = [name for name in FLAGS.rows if name in SELECTIONS]
-    trained = [name for name in FLAGS.rows if name in ROWS]
+    trained = [name for name in FLAGS.rows if is_row(name)]
     # a seed whose mini run is not kept trains mini (first) for the selections to choose from
     retrain = {seed for seed in FLAGS.seeds if selections and not kept_mini(seed, records)}
     if retrain and "mini" not in trained:

@@ -138,7 +138,8 @@ recipe.record_costs(["layers_6", "vocab_8000"], "bfloat16")
 def timing(names, precision):
     raise AssertionError(f"timed again: {{names}} in {{precision}}")
 recipe.step_costs = timing
-found = recipe.budgets(["layers_6", "vocab_8000", "mini"])
+found = recipe.budgets(["layers_6", "vocab_8000", "mini", "warmup_1000+layers_6",
+                        "warmup_1000+dropout_0"])
 flags.FLAGS.extra_flags = ""
 try:
     recipe.budgets(["layers_6"])
@@ -155,6 +156,9 @@ print(json.dumps([found, afresh, recipe.KINDS["bf16"]["updates"]]))
     assert found["layers_6"][1] == round(mini * 0.2 / 0.5)
     assert found["vocab_8000"][1] == round(mini * 0.2 / 0.25) and found["mini"][1] == mini
     assert "step_costs.json" in found["layers_6"][2] and "0.500 s" in found["layers_6"][2]
+    # a combination costs what its cost-changing part costs: the same timing, nothing timed again
+    assert found["warmup_1000+layers_6"][1] == found["layers_6"][1]
+    assert found["warmup_1000+dropout_0"][1] == mini
     assert afresh
     with open(tmp_path / "step_costs.json") as stream:
         (timing,) = json.load(stream)["timings"]
@@ -164,6 +168,10 @@ print(json.dumps([found, afresh, recipe.KINDS["bf16"]["updates"]]))
     result = sweep(tmp_path, "--kind=here", "--costs_only")
     assert result.returncode == 2 and "--costs_only" in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
+    # a combination of a row that does not exist: one line naming the flag
+    result = sweep(tmp_path, "--kind=bf16", "--rows=warmup_1000+warmup_7")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "--rows" in result.stderr.strip().splitlines()[-1]
     # a damaged record: one line naming it, nothing timed or trained
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "step_costs.json").write_text('{"timings": [')
