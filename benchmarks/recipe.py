@@ -301,7 +301,7 @@ def run_row(name, seed, limits, updates, source, keep=False):
     return {"row": name, "flags": row_flags(name),
             "asks": " + ".join(ROWS[part][1] for part in parts(name)), "seed": int(seed),
             "kind": FLAGS.kind, "kind_label": kind, "emulated": FLAGS.kind != "here",
-            "updates_from": source, "command": report["command"],
+            "updates_from": source,
             "extra_flags": FLAGS.extra_flags, "updates": report["steps"],
             "train_minutes": report["train_minutes"], "dev_sacrebleu": report["sacrebleu"],
             "dev_chrf": report["chrf"], "final_dev_loss": report["final_dev_loss"],

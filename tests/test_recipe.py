@@ -201,8 +201,9 @@ def test_selection_rows_choose_among_mini_kept_checkpoints_and_score_them_as_the
     assert set(records) == {"mini", "interval_x2"}
     mini, selected = records["mini"], records["interval_x2"]
     assert mini["updates"] == selected["updates"] == 40
-    assert any(part.startswith("--keep_checkpoints=") for part in mini["command"])
     run_dir = tmp_path / "runs" / "mini-avx2-seed1"
+    command = json.loads((run_dir / "report.json").read_text())["command"]
+    assert any(part.startswith("--keep_checkpoints=") for part in command)
     # every 2nd of the newest checkpoints, 5 of them: steps 40, 38, ..., 32 (one per step here)
     chosen = re.findall(r"ckpt-\d+", selected["updates_from"])
     assert chosen == [f"ckpt-{n}" for n in (32, 34, 36, 38, 40)], selected["updates_from"]
