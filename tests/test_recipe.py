@@ -63,10 +63,8 @@ def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_
     for flag in ("--label_smoothing=0.2", "--mixed_precision=float32", "--seed=1",
                  "--checkpoint_every_steps=1"):
         assert flag in report["command"], report["command"]
-    # on the sweep's baseline (recipe.BASELINE), which the row's own flags come after
-    assert record["baseline"] == stale["baseline"]
-    assert (report["command"].index(record["baseline"])
-            < report["command"].index("--label_smoothing=0.2")), report["command"]
+    # on the sweep's baseline (recipe.BASELINE: the warm-up the defaults had when it began)
+    assert record["baseline"] == stale["baseline"] and stale["baseline"] in report["command"]
     table = (tmp_path / "results" / "recipe.md").read_text()
     assert "| label_smoothing_0.2 |" in table and "| mini |" in table
     # best median dev score first
