@@ -206,6 +206,14 @@ def test_learning_curve_of_the_run(smoke):
     assert curve["dev_sentences"] == len(sources)
     assert curve["floors"]["copy"] == pytest.approx(
         sacrebleu.corpus_bleu(list(sources), [list(references)]).score)
+    # drawn against updates instead of minutes: the points' steps are the x values
+    from docs.tools import learning_curve
+
+    figure = learning_curve.plot([curve], ["run"], x_axis="updates")
+    loss_axes, bleu_axes = figure.axes
+    assert list(loss_axes.lines[0].get_xdata()) == [1, 2, 3, 4]
+    assert list(bleu_axes.lines[0].get_xdata()) == [step for _, step, _ in curve["dev_bleu"]]
+    assert loss_axes.get_xlabel() == learning_curve.X_AXES["updates"][1]
 
 
 def test_missing_corpus_fails_before_the_first_stage(tmp_path):

@@ -1,8 +1,12 @@
 """Learning curves of training runs: train and dev loss, and dev BLEU against the translation
-memory, over wall-clock minutes, from the runs' TensorBoard event files.
+memory, over wall-clock minutes (or updates), from the runs' TensorBoard event files.
 
     python -m docs.tools.learning_curve --model_dirs=runs/quickstart,runs/long \
         --output=docs/images/learning_curve.png
+    python -m docs.tools.learning_curve --model_dirs=runs/long --x_axis=updates
+
+Updates are the axis for runs trained to a step limit on a shared machine, whose minutes say more
+about the machine's load than about the run.
 
 Dev BLEU is the trainer's (``--dev_bleu_sentences`` first dev sentences, beam 4, alpha 0.6). The
 floors are computed on those same dev sentences (copy the source; the German of the nearest English
@@ -23,6 +27,8 @@ import time
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+# what a curve can be drawn against: the index in its (minutes, step, value) points, the axis label
+X_AXES = {"minutes": (0, "minutes of training (wall clock)"), "updates": (1, "updates (steps)")}
 
 
 def define_flags():
@@ -32,6 +38,7 @@ def define_flags():
     flags.DEFINE_list("labels", None, "A legend label per run (default: the folder names).")
     flags.DEFINE_string("output", os.path.join("docs", "images", "learning_curve.png"),
                         "The picture (PNG or SVG).")
+    flags.DEFINE_enum("x_axis", "minutes", list(X_AXES), "What the curves are drawn against.")
     flags.DEFINE_string("runs_machine", None, "Where the runs were trained, named on the picture "
                         "(run folders do not record it; default: this machine's CPU).")
 
@@ -143,33 +150,33 @@ def save_figure(figure, output, dpi=100):
     plt.close(figure)
 
 
-def plot(curves, labels):
-    """Loss (train and dev) and dev BLEU beside the floors, against minutes of training, one colour
-    per run: the matplotlib figure."""
+def plot(curves, labels, x_axis="minutes"):
+    """Loss (train and dev) and dev BLEU beside the floors, against minutes of training or updates
+    (``x_axis``, of X_AXES), one colour per run: the matplotlib figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    x, x_label = X_AXES[x_axis]
     figure, (loss_axes, bleu_axes) = plt.subplots(1, 2, figsize=(10, 3.9))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for index, (label, curve) in enumerate(zip(labels, curves)):
         colour = colours[index % len(colours)]
         for key, style, what in (("train_loss", "-", "train"), ("dev_loss", "--", "dev")):
             if curve[key]:
-                loss_axes.plot([m for m, _, _ in curve[key]], [v for _, _, v in curve[key]],
+                loss_axes.plot([p[x] for p in curve[key]], [v for _, _, v in curve[key]],
                                style, color=colour, label=f"{label}: {what}")
         if curve["dev_bleu"]:
-            bleu_axes.plot([m for m, _, _ in curve["dev_bleu"]],
+            bleu_axes.plot([p[x] for p in curve["dev_bleu"]],
                            [v for _, _, v in curve["dev_bleu"]], "o-", color=colour, label=label)
     # The floors depend only on the dev sentences: the first run's stand for all on one corpus.
     floors = curves[0]["floors"]
     for name, style in (("translation_memory", ":"), ("copy", "-.")):
         bleu_axes.axhline(floors[name], linestyle=style, color="grey",
                           label=f"{name.replace('_', ' ')} floor ({floors[name]:.1f})")
-    loss_axes.set(xlabel="minutes of training (wall clock)",
-                  ylabel="label-smoothed loss per target subword", title="Loss")
-    bleu_axes.set(xlabel="minutes of training (wall clock)", ylabel="sacreBLEU",
+    loss_axes.set(xlabel=x_label, ylabel="label-smoothed loss per target subword", title="Loss")
+    bleu_axes.set(xlabel=x_label, ylabel="sacreBLEU",
                   title=f"Dev BLEU ({curves[0]['dev_sentences']} sentences, beam 4)")
     for axes in (loss_axes, bleu_axes):
         axes.grid(alpha=0.3)
@@ -187,7 +194,7 @@ def main(argv):
         curves, _, _ = load_curves(FLAGS.model_dirs, FLAGS.labels, machine=FLAGS.runs_machine)
     except ValueError as error:
         raise app.UsageError(str(error)) from None
-    save_figure(plot(list(curves.values()), list(curves)), FLAGS.output)
+    save_figure(plot(list(curves.values()), list(curves), FLAGS.x_axis), FLAGS.output)
     write_curves(os.path.splitext(FLAGS.output)[0] + ".json", curves)
     print(f"learning_curve: wrote {FLAGS.output}")
 
