@@ -191,7 +191,8 @@ def test_the_command_draws_every_picture_and_replots_its_points(tmp_path):
     benchmark_results(results)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     done = subprocess.run([sys.executable, "-m", "docs.tools.figures", f"--model_dirs={run}",
-                           "--labels=tiny run", f"--results_dir={results}",
+                           "--labels=tiny run", f"--long_model_dir={run}", "--long_label=long",
+                           f"--results_dir={results}",
                            f"--output_dir={output}"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -207,6 +208,8 @@ def test_the_command_draws_every_picture_and_replots_its_points(tmp_path):
     curve = json.loads((output / "learning_curve.json").read_text())["tiny run"]
     assert [step for _, step, _ in curve["train_loss"]] == [1, 2, 3, 4]
     assert curve["dev_sentences"] == 6 and "float32" in curve["machine"]
+    # the long run's picture: the same points, under its own label
+    assert json.loads((output / "long_recipe.json").read_text())["long"] == curve
     attention = json.loads((output / "attention.json").read_text())
     assert attention["words"][-1] == "<EOS>" and "making" in attention["words"]
     np.testing.assert_allclose(np.sum(attention["weights"], axis=-1), 1.0, atol=1e-3)
@@ -216,8 +219,8 @@ def test_the_command_draws_every_picture_and_replots_its_points(tmp_path):
     options = {name: figures.FLAGS[name].default for name in (
         "runs_machine", "attention_model_dir", "attention_checkpoint", "sentence", "word", "layer",
         "dpi")}
-    options.update(model_dirs=[str(run)], labels=["tiny run"], results_dir=str(results),
-                   output_dir=str(again))
+    options.update(model_dirs=[str(run)], labels=["tiny run"], long_model_dir=str(run),
+                   long_label="long", results_dir=str(results), output_dir=str(again))
     assert figures.make_figures(list(figures.FIGURES), options, say=lambda line: None) == []
     for files in figures.FIGURES.values():
         for file in files:

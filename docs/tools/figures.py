@@ -12,6 +12,9 @@ Pictures (in --output_dir, default docs/images):
   training, of the runs of --model_dirs (``docs.tools.learning_curve`` reads them). When a run
   folder is not on this machine, the points of ``learning_curve.json`` (written the last time the
   runs were read) are plotted again; the output line says which.
+* ``long_recipe.png``: the same for the long command's run (--long_model_dir), against updates:
+  it may have trained to a step limit on a busy machine, whose minutes would mislead
+  (``long_recipe.json`` keeps its points, as above).
 * ``figure1_annotated.png`` and ``figure2_annotated.png``: the paper's Figures 1 and 2 with
   this project's module, class and function names on each box (``draw_figure1``,
   ``draw_figure2``).
@@ -50,6 +53,7 @@ PAPER_SCHEDULE = {"label": "paper, base model", "d_model": 512, "warmup_steps": 
 # name: the files it writes (the first is the picture announced).
 FIGURES = {
     "learning_curve": ("learning_curve.png", "learning_curve.json"),
+    "long_recipe": ("long_recipe.png", "long_recipe.json"),
     "figure1": ("figure1_annotated.png",),
     "figure2": ("figure2_annotated.png",),
     "schedule": ("schedule.png",),
@@ -63,6 +67,11 @@ flags.DEFINE_list("model_dirs", [os.path.join("runs", "quickstart"), os.path.joi
                   "curves; if one is missing, OUTPUT_DIR/learning_curve.json is plotted again.")
 flags.DEFINE_list("labels", None, "A legend label per --model_dirs entry (default: the folder "
                   "names).")
+flags.DEFINE_string("long_model_dir", os.path.join("runs", "long"),
+                    "The long command's run folder, whose learning curve is drawn against updates "
+                    "(it may have trained to a step limit on a busy machine); if it is missing, "
+                    "OUTPUT_DIR/long_recipe.json is plotted again.")
+flags.DEFINE_string("long_label", "long command", "The long run's legend label.")
 flags.DEFINE_string("runs_machine", None, "Where the runs of --model_dirs were trained, named on the "
                     "learning curves (run folders do not record it; default: this machine's CPU).")
 flags.DEFINE_string("results_dir", os.path.join("benchmarks", "results"),
@@ -117,20 +126,31 @@ def _machine_text(machine):
 
 # --- 1. learning curves ----------------------------------------------------------------------------
 
-def learning_curve_figure(options):
+def curves_figure(options, name, model_dirs, labels, x_axis, machine=None):
+    """The learning curves of ``model_dirs`` against ``x_axis`` as picture ``name``, their points
+    kept beside it (and plotted again from there when a run folder is not here)."""
     from docs.tools import learning_curve
 
-    png, points = (os.path.join(options["output_dir"], name) for name in FIGURES["learning_curve"])
+    png, points = (os.path.join(options["output_dir"], file) for file in FIGURES[name])
     try:
-        curves, from_runs, source = learning_curve.load_curves(
-            options["model_dirs"], options.get("labels"), points, options.get("runs_machine"))
+        curves, from_runs, source = learning_curve.load_curves(model_dirs, labels, points, machine)
     except ValueError as error:
         raise Skipped(str(error)) from None
-    _save(learning_curve.plot(list(curves.values()), list(curves)), png, options["dpi"])
+    _save(learning_curve.plot(list(curves.values()), list(curves), x_axis), png, options["dpi"])
     if from_runs:
         learning_curve.write_curves(points, curves)
         return [png, points], source
     return [png], source
+
+
+def learning_curve_figure(options):
+    return curves_figure(options, "learning_curve", options["model_dirs"], options.get("labels"),
+                         "minutes", options.get("runs_machine"))
+
+
+def long_recipe_figure(options):
+    return curves_figure(options, "long_recipe", [options["long_model_dir"]],
+                         [options["long_label"]], "updates")
 
 
 # --- 2. the paper's Figures 1 and 2, with our names --------------------------------------------------
@@ -868,7 +888,8 @@ def training_throughput_figure(options):
     return [output], f"from {path} (measured {result.get('machine', {}).get('date')})"
 
 
-DRAWERS = {"learning_curve": learning_curve_figure, "figure1": figure1_figure,
+DRAWERS = {"learning_curve": learning_curve_figure, "long_recipe": long_recipe_figure,
+           "figure1": figure1_figure,
            "figure2": figure2_figure, "schedule": schedule_figure, "attention": attention_figure,
            "decode_time": decode_time_figure, "training_throughput": training_throughput_figure}
 
@@ -903,7 +924,8 @@ def main(argv):
     except ImportError:
         sys.exit("figures: matplotlib is not installed: pip install -e '.[notebooks]'")
     options = {name: FLAGS[name].value for name in (
-        "model_dirs", "labels", "runs_machine", "results_dir", "output_dir", "attention_model_dir",
+        "model_dirs", "labels", "long_model_dir", "long_label", "runs_machine", "results_dir",
+        "output_dir", "attention_model_dir",
         "attention_checkpoint", "sentence", "word", "layer", "dpi")}
     skipped = make_figures(FLAGS.figures, options)
     if skipped:
