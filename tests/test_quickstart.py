@@ -65,6 +65,9 @@ def smoke(tmp_path_factory):
 
 def test_every_stage_runs_and_is_announced(smoke):
     _, stdout = smoke
+    # the start line names the recipe (--mixed_precision=float32 given: the float32 kind's)
+    assert stdout.startswith("recipe: the float32 kind's recipe: preset tiny, because "
+                             "--mixed_precision=float32;"), stdout[:500]
     for number, stage in enumerate(("data", "train", "average", "evaluate", "export", "translate"), 1):
         assert f"=== [{number}/6] {stage}:" in stdout
     # the trainer's progress line, timestamped
@@ -187,6 +190,43 @@ def test_report_puts_the_floors_and_a_verdict_beside_the_model(smoke):
     assert record["sacrebleu"] < memory
     assert "below the translation memory" in record["verdict"]
     assert record["verdict"] in report
+
+
+@pytest.mark.parametrize("bf16_cpu", [True, False])
+def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, bf16_cpu):
+    """A machine of each kind, faked (the CPU's bfloat16 matrix units, no GPU here): auto precision
+    picks the kind's recipe from KIND_RECIPES; given flags win over it."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer.training import strategy
+    from trainers import quickstart
+
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
+    precision = "bfloat16" if bf16_cpu else "float32"
+    name, changes = quickstart.KIND_RECIPES[precision]
+    if bf16_cpu:
+        assert changes == {"d_model": 192, "d_ff": 768}
+    expected = {"d_model": None, "d_ff": None, **changes}
+    FLAGS = flags.FLAGS
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart"])
+        line = quickstart.choose_recipe()
+        assert {flag: FLAGS[flag].value for flag in expected} == expected
+        assert line.startswith(f"recipe: {name}: preset mini"), line
+        assert ("AVX512-BF16 or AMX: --mixed_precision=auto trains in bfloat16" if bf16_cpu else
+                "trains in float32 here (no AVX512-BF16 or AMX on this CPU)") in line, line
+    # a width or a preset on the command line is kept, and the line says so
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", "--d_model=256"])
+        line = quickstart.choose_recipe()
+        assert FLAGS.d_model == 256 and FLAGS.d_ff is None
+        assert ("but --d_model is given" in line) == bf16_cpu, line
+    # float32 asked for on either kind: the float32 kind's recipe
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", "--mixed_precision=float32"])
+        line = quickstart.choose_recipe()
+        assert FLAGS.d_model is None and line.startswith("recipe: the float32 kind's recipe")
 
 
 def test_learning_curve_of_the_run(smoke):

@@ -67,6 +67,13 @@ QUICKSTART_DEFAULTS = dict(
     checkpoint_every_minutes=0.5, average_last=5, log_every_steps=50, dev_every_steps=500,
     keep_best_bleu=True,
 )
+# The recipe per CPU kind, by the precision --mixed_precision=auto trains in there: on a CPU with
+# bfloat16 matrix units (AVX512-BF16 or AMX) a step of a wider mini costs 1.35x mini's and it learns
+# more in the 20 minutes; in float32 (an AVX2-only CPU) it costs 2.12x and loses (the rows
+# warmup_1000+d_model_192 and d_model_192 of benchmarks/results/recipe.md). Applied when neither
+# --preset nor the width is given: precision -> (the recipe's name, the flags it sets).
+KIND_RECIPES = {"bfloat16": ("the bf16 kind's recipe", dict(d_model=192, d_ff=768)),
+                "float32": ("the float32 kind's recipe", {})}
 for _name, _value in QUICKSTART_DEFAULTS.items():
     console.set_program_default(_name, _value)
 console.set_program_default("keep_checkpoints", QUICKSTART_DEFAULTS["average_last"],
@@ -106,6 +113,36 @@ REMEDIES = {
 
 def say(text=""):
     print(text, flush=True)
+
+
+def choose_recipe():
+    """Sets the flags of the recipe for this machine's kind (KIND_RECIPES, by the precision
+    --mixed_precision resolves to here) that the command line leaves open; returns the start line
+    that names the recipe and why."""
+    from keras_transformer.training import bfloat16_cpu, resolve_precision
+
+    precision = resolve_precision(FLAGS.mixed_precision)
+    name, changes = KIND_RECIPES[precision]
+    given = [flag for flag in ("preset", *changes) if FLAGS[flag].present] if changes else []
+    if FLAGS.mixed_precision != "auto":
+        why = f"--mixed_precision={precision}"
+    elif precision == "bfloat16":
+        why = "this CPU has AVX512-BF16 or AMX: --mixed_precision=auto trains in bfloat16"
+    else:
+        why = ("--mixed_precision=auto trains in float32 here ("
+               + ("a GPU" if bfloat16_cpu() else "no AVX512-BF16 or AMX on this CPU") + ")")
+    if given:
+        return (f"recipe: {name} would set {flag_text(changes)}, but --{given[0]} is given: "
+                f"preset {FLAGS.preset} as the flags say ({why})")
+    for flag, value in changes.items():
+        setattr(FLAGS, flag, value)
+    return (f"recipe: {name}: preset {FLAGS.preset}"
+            + (f" with {flag_text(changes)}" if changes else "") + f", because {why}"
+            + "; benchmarks/results/recipe.md has the rows behind it")
+
+
+def flag_text(values):
+    return " ".join(f"--{flag}={value}" for flag, value in values.items()) or "nothing"
 
 
 def header(stage, detail):
@@ -473,6 +510,7 @@ def main(argv):
     # Every path is checked first: a typo or a read-only disk is found now, not after training.
     checks.output_dir("model_dir", FLAGS.model_dir)
     checks.output_dir("export_dir", FLAGS.export_dir)
+    recipe = choose_recipe()
     config = data_flags.data_config(xla=FLAGS.xla)
     training_flags.check(FLAGS.model_dir)
     training_config = training_flags.training_config(os.path.abspath(FLAGS.model_dir),
@@ -484,6 +522,7 @@ def main(argv):
             f"{FLAGS.train_minutes:g} minutes more, --overwrite starts over):")
         say(text)
         return
+    say(recipe)
     config, counts = stage_data(config)
     summary = stage_train(config, training_config, strategy)
     checkpoint, averaged, weights = stage_average(config, summary)

@@ -14,8 +14,8 @@ _MODULES = {
              "loss_and_accuracy", "token_accuracy_counts"),
     "schedule": ("TransformerSchedule", "paper_optimizer"),
     "step": ("TrainStep",),
-    "strategy": ("PRECISIONS", "STRATEGIES", "configure_cpu_devices", "is_chief", "make_strategy",
-                 "resolve_precision", "tf_config", "worker_count"),
+    "strategy": ("PRECISIONS", "STRATEGIES", "bfloat16_cpu", "configure_cpu_devices", "is_chief",
+                 "make_strategy", "resolve_precision", "tf_config", "worker_count"),
     "trainer": ("NonFiniteError", "Trainer", "TrainingConfig", "WorkerLostError"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
