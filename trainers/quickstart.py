@@ -54,11 +54,11 @@ for _module in TRAINER_MODULES + (decoding_flags,):
 
 # The trainer's defaults are the paper's (base, 100k steps, ~25k-token batches). These are for 20
 # minutes on 2 CPU cores (docs/results.md, "The main job"). The warm-up of 1,000 won the dev sweep
-# of benchmarks.recipe on both CPU kinds, two seeds each (benchmarks/results/recipe.md); the rest
-# rests on single runs of earlier probes, which the sweep has not beaten so far: a narrow model
-# (preset mini) makes more updates in the budget; in those probes post-LN stalled for minutes on
-# its initial plateau. Only the checkpoints it averages are kept (unless --keep_checkpoints is
-# given), and the best dev-BLEU one.
+# of benchmarks.recipe on both CPU kinds, two seeds each (benchmarks/results/recipe.md), and so did
+# a wider model on the bf16 kind (KIND_RECIPES below); the rest rests on single runs of earlier
+# probes, which the sweep has not beaten so far: a narrow model (preset mini) makes more updates
+# in the budget; in those probes post-LN stalled for minutes on its initial plateau. Only the
+# checkpoints it averages are kept (unless --keep_checkpoints is given), and the best dev-BLEU one.
 QUICKSTART_DEFAULTS = dict(
     dataset="libreoffice_help_en_de", vocab_size=2000, token_budget=2048, max_length=64,
     preset="mini", dropout_rate=0.1, norm_first=True,
@@ -67,11 +67,11 @@ QUICKSTART_DEFAULTS = dict(
     checkpoint_every_minutes=0.5, average_last=5, log_every_steps=50, dev_every_steps=500,
     keep_best_bleu=True,
 )
-# The recipe per CPU kind, by the precision --mixed_precision=auto trains in there: on a CPU with
-# bfloat16 matrix units (AVX512-BF16 or AMX) a step of a wider mini costs 1.35x mini's and it learns
-# more in the 20 minutes; in float32 (an AVX2-only CPU) it costs 2.12x and loses (the rows
-# warmup_1000+d_model_192 and d_model_192 of benchmarks/results/recipe.md). Applied when neither
-# --preset nor the width is given: precision -> (the recipe's name, the flags it sets).
+# The recipe per CPU kind, by the precision --mixed_precision=auto trains in there. With bfloat16
+# matrix units (AVX512-BF16 or AMX) a wider mini costs somewhat more per step than mini and learns
+# more in the 20 minutes; in float32 (an AVX2-only CPU) its step costs about twice mini's (the rows
+# warmup_1000+d_model_192 and d_model_192 of benchmarks/results/recipe.md, and their step costs).
+# Applied when neither --preset nor the width is given: precision -> (its name, the flags it sets).
 KIND_RECIPES = {"bfloat16": ("the bf16 kind's recipe", dict(d_model=192, d_ff=768)),
                 "float32": ("the float32 kind's recipe", {})}
 for _name, _value in QUICKSTART_DEFAULTS.items():
