@@ -142,7 +142,7 @@ def choose_recipe():
 
 
 def flag_text(values):
-    return " ".join(f"--{flag}={value}" for flag, value in values.items()) or "nothing"
+    return " ".join(f"--{flag}={value}" for flag, value in values.items())
 
 
 def header(stage, detail):
