@@ -275,16 +275,23 @@ def run_dir_of(name, seed):
     return os.path.join(FLAGS.runs_dir, f"{name}-{FLAGS.kind}-seed{seed}")
 
 
+def row_arguments(name, seed, limits):
+    """The quickstart's arguments that train row ``name`` (seed ``seed``, the step ``limits``).
+    The preset is given, so the quickstart keeps mini on either kind instead of its kind recipe
+    (KIND_RECIPES, which this sweep chose): every row is a change to the same mini."""
+    run_dir = run_dir_of(name, seed)
+    kept = [f"--keep_checkpoints={KEEP_FOR_SELECTIONS}"] if name == "mini" else []
+    return ["--eval_split=dev", "--overwrite", f"--model_dir={run_dir}",
+            f"--export_dir={os.path.join(run_dir, 'export')}", f"--seed={seed}", "--samples=1",
+            *limits, *kept, "--preset=mini", *shlex.split(BASELINE),
+            *shlex.split(FLAGS.extra_flags), *shlex.split(row_flags(name))]
+
+
 def run_row(name, seed, limits, updates, source, keep=False):
     """Trains and scores one row on dev; returns its record. Its run folder is deleted afterwards
     unless --keep_runs or ``keep``; mini's keeps the checkpoints the selections choose from."""
     run_dir = run_dir_of(name, seed)
-    kept = [f"--keep_checkpoints={KEEP_FOR_SELECTIONS}"] if name == "mini" else []
-    command = [sys.executable, "-m", "trainers.quickstart", "--eval_split=dev", "--overwrite",
-               f"--model_dir={run_dir}", f"--export_dir={os.path.join(run_dir, 'export')}",
-               f"--seed={seed}", "--samples=1", *limits, *kept, *shlex.split(BASELINE),
-               *shlex.split(FLAGS.extra_flags),
-               *shlex.split(row_flags(name))]
+    command = [sys.executable, "-m", "trainers.quickstart", *row_arguments(name, seed, limits)]
     print(f"recipe: {name}, seed {seed}: {shlex.join(command[1:])}", flush=True)
     started = time.monotonic()
     completed = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

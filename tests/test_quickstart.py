@@ -65,9 +65,10 @@ def smoke(tmp_path_factory):
 
 def test_every_stage_runs_and_is_announced(smoke):
     _, stdout = smoke
-    # the start line names the recipe (--mixed_precision=float32 given: the float32 kind's)
-    assert stdout.startswith("recipe: the float32 kind's recipe: preset tiny, because "
-                             "--mixed_precision=float32;"), stdout[:500]
+    # the start line names the recipe (--mixed_precision=float32 given: the float32 kind's) and
+    # that the preset given is kept
+    assert stdout.startswith("recipe: the float32 kind's recipe: preset tiny as the flags say "
+                             "(--mixed_precision=float32)"), stdout[:500]
     for number, stage in enumerate(("data", "train", "average", "evaluate", "export", "translate"), 1):
         assert f"=== [{number}/6] {stage}:" in stdout
     # the trainer's progress line, timestamped
@@ -227,6 +228,45 @@ def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, 
         FLAGS(["quickstart", "--mixed_precision=float32"])
         line = quickstart.choose_recipe()
         assert FLAGS.d_model is None and line.startswith("recipe: the float32 kind's recipe")
+
+
+@pytest.mark.parametrize("bf16_cpu", [True, False])
+def test_a_run_folder_from_the_other_kind_resumes_at_its_own_width(monkeypatch, tmp_path, bf16_cpu):
+    """A run trained on one CPU kind and resumed on the other with the same command keeps the width
+    it was trained with (its checkpoints restore only into it); --overwrite starts the kind's own."""
+    import tensorflow as tf
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer import runs
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.training import strategy
+    from trainers import quickstart
+
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
+    own = {"d_model": None, "d_ff": None,
+           **quickstart.KIND_RECIPES["bfloat16" if bf16_cpu else "float32"][1]}
+    other = quickstart.KIND_RECIPES["float32" if bf16_cpu else "bfloat16"][1]
+    trained = TransformerConfig.from_preset("mini", vocab_size=2000, **other)
+    assert (trained.d_model, trained.d_ff) != (own["d_model"] or 128, own["d_ff"] or 512)
+    run_dir = tmp_path / "run"
+    FLAGS = flags.FLAGS
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}"])
+        quickstart.choose_recipe()  # no run yet: the kind's own recipe
+        assert {flag: FLAGS[flag].value for flag in own} == own
+    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"model": trained.to_dict()})
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(run_dir), 1).save()
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}"])
+        line = quickstart.choose_recipe()
+        assert (FLAGS.d_model, FLAGS.d_ff) == (trained.d_model, trained.d_ff), line
+        assert line.startswith(f"recipe: the run in {run_dir} resumes with the width it was "
+                               f"trained with, --d_ff={trained.d_ff} --d_model={trained.d_model}"), line
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}", "--overwrite"])
+        line = quickstart.choose_recipe()
+        assert {flag: FLAGS[flag].value for flag in own} == own and "resumes" not in line, line
 
 
 def test_learning_curve_of_the_run(smoke):

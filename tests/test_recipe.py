@@ -244,3 +244,26 @@ print(json.dumps(recipe.select_row("as_mini", recipe.kept_mini("1", records))["d
         (tmp_path / "results" / "recipe.json").read_text())["rows"]}
     assert records["mini"] == mini and re.findall(
         r"ckpt-\d+", records["last_checkpoint"]["updates_from"]) == ["ckpt-40"]
+
+
+def test_on_the_bf16_kind_every_row_changes_mini_not_the_kind_recipe(monkeypatch):
+    """The quickstart widens mini on a bfloat16 CPU (its KIND_RECIPES); a sweep row, trained in
+    bfloat16, must still be its own change to mini, so the row's arguments keep mini's width there."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from benchmarks import recipe
+    from keras_transformer.training import strategy
+    from trainers import quickstart
+
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: True)
+    FLAGS = flags.FLAGS
+    for name, width in (("heads_8", (None, None)), ("warmup_1000", (None, None)),
+                        ("d_model_256", (256, 1024))):
+        with flagsaver.flagsaver():
+            FLAGS(["recipe"])
+            limits = ["--train_steps=10", f"--mixed_precision={recipe.KINDS['bf16']['precision']}"]
+            arguments = recipe.row_arguments(name, 1, limits)
+            FLAGS(["quickstart", *arguments])
+            quickstart.choose_recipe()
+            assert (FLAGS.preset, FLAGS.d_model, FLAGS.d_ff) == ("mini", *width), arguments

@@ -123,7 +123,8 @@ def choose_recipe():
 
     precision = resolve_precision(FLAGS.mixed_precision)
     name, changes = KIND_RECIPES[precision]
-    given = [flag for flag in ("preset", *changes) if FLAGS[flag].present] if changes else []
+    recipe_flags = ("preset", *sorted({flag for _, kind in KIND_RECIPES.values() for flag in kind}))
+    given = [flag for flag in recipe_flags if FLAGS[flag].present]
     if FLAGS.mixed_precision != "auto":
         why = f"--mixed_precision={precision}"
     elif precision == "bfloat16":
@@ -132,13 +133,39 @@ def choose_recipe():
         why = ("--mixed_precision=auto trains in float32 here ("
                + ("a GPU" if bfloat16_cpu() else "no AVX512-BF16 or AMX on this CPU") + ")")
     if given:
+        if not changes:
+            return f"recipe: {name}: preset {FLAGS.preset} as the flags say ({why})"
         return (f"recipe: {name} would set {flag_text(changes)}, but --{given[0]} is given: "
                 f"preset {FLAGS.preset} as the flags say ({why})")
+    resumed = resumed_model()
+    if resumed is not None:
+        # A run folder may move between CPU kinds (a Colab runtime on a drive, a copied folder):
+        # it resumes at the width it has, whichever kind's recipe chose it.
+        kept = {flag: getattr(resumed, flag) for flag in recipe_flags[1:]}
+        for flag, value in kept.items():
+            setattr(FLAGS, flag, value)
+        return (f"recipe: the run in {FLAGS.model_dir} resumes with the width it was trained with, "
+                f"{flag_text(kept)}; {name} (because {why}) is for new runs (--overwrite)")
     for flag, value in changes.items():
         setattr(FLAGS, flag, value)
     return (f"recipe: {name}: preset {FLAGS.preset}"
             + (f" with {flag_text(changes)}" if changes else "") + f", because {why}"
             + "; benchmarks/results/recipe.md has the rows behind it")
+
+
+def resumed_model():
+    """The TransformerConfig of the run this command resumes (--model_dir holds its config.json
+    and a checkpoint, and --overwrite is not given), or None."""
+    import tensorflow as tf
+
+    from keras_transformer import runs
+
+    if FLAGS.overwrite or not tf.train.latest_checkpoint(FLAGS.model_dir):
+        return None
+    try:
+        return runs.model_config(runs.read_config(FLAGS.model_dir))
+    except (ValueError, TypeError):
+        return None  # not a run of ours: the trainer's own checks name what is wrong
 
 
 def flag_text(values):
