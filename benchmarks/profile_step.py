@@ -268,16 +268,17 @@ def markdown(result):
     """The profile's page below its title (``python -m benchmarks`` puts it in its report)."""
     rows = result["rows"]
     machine = result["machine"]
-    names = [f"{r['preset']} {r['precision']}" for r in rows]
+    names = [f"{r.get('model', r['preset'])} {r['precision']}" for r in rows]
     lines = [
         f"Machine: {machine['cpu']}, {machine['cpus']} CPUs; TensorFlow {machine['tensorflow']}; "
         f"{machine['date']}; load average at the start {machine['load_average'][0]}. Command: "
-        f"`python -m benchmarks.profile_step{' --main_job' if result.get('model_options') else ''}` "
+        f"`python -m benchmarks.profile_step{' --main_job' if result.get('main_job') else ''}` "
         f"({result['batches']} real batches of "
         f"{result['data']['dataset']} train, {result['data']['token_budget']:,} tokens per side, "
         f"vocabulary {result['data']['vocab_size']:,}; "
-        + (f"the main job's model options {result['model_options']}; "
-           if result.get("model_options") else "")
+        + ("the main job's model options: " + "; ".join(
+            f"{row['model']} {row['precision']}: {row['model_options']}" for row in rows) + "; "
+           if result.get("main_job") else "")
         + "TrainStep without XLA; "
         f"{result['profiled_passes']} profiled pass(es)).",
         "",
@@ -304,8 +305,8 @@ def markdown(result):
               f"beside the step): {pipeline['cpu_seconds_per_batch'] * 1e3:.1f} ms of CPU time "
               f"per batch ({pipeline['wall_seconds_per_batch'] * 1e3:.1f} ms wall when alone); "
               "per preset: " + ", ".join(
-                  f"{r['preset']} {r['precision']} {percent(pipeline['cpu_seconds_per_batch'], r['step_seconds_profiled'] * machine['cpus'])} of the step's CPU time"
-                  for r in rows) + ".", ""]
+                  f"{label} {percent(pipeline['cpu_seconds_per_batch'], r['step_seconds_profiled'] * machine['cpus'])} of the step's CPU time"
+                  for label, r in zip(names, rows)) + ".", ""]
     for label, row in zip(names, rows):
         lines += [f"Most expensive ops, {label} (ms per step):", "",
                   common.markdown([{"op": o["type"], "name": o["name"][:110],
@@ -335,7 +336,7 @@ def main(argv):
         job = common.MAIN_JOB
         presets = [job["preset"]]
         overrides = {key: job[key] for key in ("dataset", "vocab_size", "token_budget", "max_length")}
-        model_options = {key: job[key] for key in ("norm_first", "dropout_rate")}
+        model_options = common.main_job_options
     if FLAGS.smoke:  # bfloat16 takes the same code path
         presets, precisions, count = ["tiny"], ["float32"], 1
         overrides = dict(token_budget=256, vocab_size=512)
@@ -349,13 +350,16 @@ def main(argv):
     rows = []
     for preset in presets:
         for precision in precisions:
+            options = model_options(precision) if model_options else None
             row = measure(preset, precision, tokenizer.vocab_size, batches,
-                          os.path.join(logdir, f"{preset}_{precision}"), model_options)
+                          os.path.join(logdir, f"{preset}_{precision}"), options)
+            if model_options:
+                row.update(model=common.main_job_label(precision), model_options=options)
             rows.append(row)
             top = sorted(row["categories"].items(), key=lambda kv: -kv[1])[:4]
             print(f"  {preset} {precision}: {row['step_seconds_profiled']:.3f} s/step; " + ", ".join(
                 f"{name} {percent(s, row['step_seconds_profiled'])}" for name, s in top), flush=True)
-    result = {"machine": common.machine(), "batches": count, "model_options": model_options,
+    result = {"machine": common.machine(), "batches": count, "main_job": bool(model_options),
               "profiled_passes": FLAGS.profiled_passes,
               "data": {"dataset": config.dataset, "token_budget": config.token_budget,
                        "vocab_size": tokenizer.vocab_size, **padding},

@@ -18,7 +18,8 @@ median, min and max over the passes of the time per step.
 
 --main_job adds rows for the main job (python -m trainers.quickstart): preset mini with its
 options, corpus and batch size, in float32 and in the precision the main job picks on this
-machine (bfloat16 where the CPU has bf16 units; --main_job_precisions).
+machine (bfloat16 where the CPU has bf16 units; --main_job_precisions), each at the width the
+quickstart's recipe for that precision trains (benchmarks.common.MAIN_JOB_WIDTHS).
 
 Model FLOPs follow the usual 6-FLOPs-per-weight-per-token count (2 forward, 4 backward), over
 REAL tokens only (padding is work the model wastes): source tokens through the encoder weights,
@@ -123,8 +124,8 @@ def table_row(row, peaks):
     bf16 = row["model_flops_per_second"] / peaks["bfloat16"]
     error = f" {common.PEAK_ERROR}" if common.peak_error(row) else ""
     return {
-        "preset": (f"{row['preset']} (main job: {row['dataset']}, {row['token_budget']:,} "
-                   "tokens/side)" if row.get("main_job") else row["preset"]),
+        "preset": (f"{row.get('model', row['preset'])} (main job: {row['dataset']}, "
+                   f"{row['token_budget']:,} tokens/side)" if row.get("main_job") else row["preset"]),
         "precision": row["precision"],
         "XLA": "on" if row["xla"] else "off",
         "real tokens/step (src+tgt)":
@@ -162,9 +163,9 @@ def main_job_rows(smoke_overrides, count, runs, peak):
     rows = []
     for precision in dict.fromkeys(map(resolve_precision, FLAGS.main_job_precisions)):
         row = measure(job["preset"], precision, False, tokenizer.vocab_size, batches, runs,
-                      overrides=dict(norm_first=job["norm_first"], dropout_rate=job["dropout_rate"]))
+                      overrides=common.main_job_options(precision))
         row.update(batches=padding, main_job=True, dataset=config.dataset,
-                   token_budget=config.token_budget)
+                   token_budget=config.token_budget, model=common.main_job_label(precision))
         rows.append(row)
         print_row(row)
         report_peak(peak.sample(f"after the main job, {precision}"))

@@ -61,6 +61,16 @@ def check_training_rows(smoke_report):
     assert {r["preset"] for r in main_job} == {"mini"}
     assert [r["precision"] for r in main_job] == list(dict.fromkeys(
         ["float32", resolve_precision("auto")]))
+    # each at the width the quickstart's recipe for its precision trains
+    from benchmarks.common import MAIN_JOB, main_job_label, main_job_options
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.weights import build_model
+
+    for row in main_job:
+        assert row["model"] == main_job_label(row["precision"])
+        config = TransformerConfig.from_preset(MAIN_JOB["preset"], result["data"]["vocab_size"],
+                                               **main_job_options(row["precision"]))
+        assert row["parameters"] == build_model(config).count_params(), row["model"]
     # The step's matmuls timed alone take part of the step, and XLA's own matmul was measured
     # because XLA rows ran.
     assert all(0 < r["matmul_share_of_step"] for r in rows)
@@ -128,7 +138,8 @@ def check_report(smoke_report):
     assert "samples: median" in markdown
     assert report["training_throughput"]["machine"]["cpus"] == os.cpu_count()
     # Each table row of the report is a full row (no column lost to a missing key).
-    rows = [line for line in markdown.splitlines() if line.startswith(("| tiny |", "| mini (main"))]
+    rows = [line for line in markdown.splitlines()
+            if line.startswith("| tiny |") or line.startswith("| mini") and "(main job" in line]
     # tiny in both precisions with and without XLA, and the main job in each of its precisions
     main_job_rows = [r for r in smoke_report[0]["training_throughput"]["rows"] if r.get("main_job")]
     assert len(rows) == 4 + len(main_job_rows)
@@ -344,6 +355,10 @@ def test_main_job_row_uses_the_main_jobs_settings():
     from trainers.quickstart import QUICKSTART_DEFAULTS
 
     assert MAIN_JOB == {key: QUICKSTART_DEFAULTS[key] for key in MAIN_JOB}
+    from benchmarks.common import MAIN_JOB_WIDTHS
+    from trainers.quickstart import KIND_RECIPES
+
+    assert MAIN_JOB_WIDTHS == {precision: widths for precision, (_, widths) in KIND_RECIPES.items()}
 
 
 def test_profile_splits_each_instant_among_the_ops_running():
