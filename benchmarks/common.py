@@ -122,22 +122,20 @@ def peak_line(result) -> str:
 MAIN_JOB = dict(preset="mini", dataset="libreoffice_help_en_de", vocab_size=2000,
                 token_budget=2048, max_length=64, norm_first=True, dropout_rate=0.1,
                 mixed_precision="auto")
-# The main job's width by the precision it trains in: the quickstart's recipe per CPU kind
-# (trainers.quickstart.KIND_RECIPES, which defines flags and so is not imported here; a test holds
-# the two equal).
+# The main job's width by the precision it trains in: trainers.quickstart.KIND_RECIPES (which
+# defines flags, so is not imported here; a test holds the two equal).
 MAIN_JOB_WIDTHS = {"bfloat16": dict(d_model=192, d_ff=768), "float32": {}}
 
 
 def main_job_options(precision):
-    """The model options over ``MAIN_JOB["preset"]`` of the main job trained in ``precision``."""
+    """The main job's model options over its preset, trained in ``precision``."""
     return dict(norm_first=MAIN_JOB["norm_first"], dropout_rate=MAIN_JOB["dropout_rate"],
                 **MAIN_JOB_WIDTHS[precision])
 
 
-def main_job_label(precision):
-    """``mini``, or ``mini d_model 192, d_ff 768`` where the kind's recipe widens it."""
-    widths = MAIN_JOB_WIDTHS[precision]
-    return " ".join([MAIN_JOB["preset"], ", ".join(f"{k} {v}" for k, v in widths.items())]).strip()
+def main_job_label(precision):  # "mini", or "mini d_model 192, d_ff 768"
+    widths = ", ".join(f"{key} {value}" for key, value in MAIN_JOB_WIDTHS[precision].items())
+    return f"{MAIN_JOB['preset']} {widths}".strip()
 
 
 def train_step(preset, precision, vocab_size, xla=False, overrides=None):

@@ -350,11 +350,11 @@ def main(argv):
     rows = []
     for preset in presets:
         for precision in precisions:
-            options = model_options(precision) if model_options else None
+            options = model_options and model_options(precision)
             row = measure(preset, precision, tokenizer.vocab_size, batches,
                           os.path.join(logdir, f"{preset}_{precision}"), options)
-            if model_options:
-                row.update(model=common.main_job_label(precision), model_options=options)
+            row.update(model_options and {"model": common.main_job_label(precision),
+                                          "model_options": options} or {})
             rows.append(row)
             top = sorted(row["categories"].items(), key=lambda kv: -kv[1])[:4]
             print(f"  {preset} {precision}: {row['step_seconds_profiled']:.3f} s/step; " + ", ".join(

@@ -276,9 +276,8 @@ def run_dir_of(name, seed):
 
 
 def row_arguments(name, seed, limits):
-    """The quickstart's arguments that train row ``name`` (seed ``seed``, the step ``limits``).
-    The preset is given, so the quickstart keeps mini on either kind instead of its kind recipe
-    (KIND_RECIPES, which this sweep chose): every row is a change to the same mini."""
+    """The quickstart's arguments for row ``name``: the preset given, so that every row changes
+    mini on either kind, not the kind's recipe (trainers.quickstart.KIND_RECIPES)."""
     run_dir = run_dir_of(name, seed)
     kept = [f"--keep_checkpoints={KEEP_FOR_SELECTIONS}"] if name == "mini" else []
     return ["--eval_split=dev", "--overwrite", f"--model_dir={run_dir}",
