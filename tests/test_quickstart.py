@@ -267,6 +267,14 @@ def test_a_run_folder_from_the_other_kind_resumes_at_its_own_width(monkeypatch, 
         FLAGS(["quickstart", f"--model_dir={run_dir}", "--overwrite"])
         line = quickstart.choose_recipe()
         assert {flag: FLAGS[flag].value for flag in own} == own and "resumes" not in line, line
+    # a run of this kind's own width resumes as a new run starts, under the kind's recipe line
+    mine = TransformerConfig.from_preset("mini", vocab_size=2000, **{
+        flag: value for flag, value in own.items() if value is not None})
+    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"model": mine.to_dict()})
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}"])
+        line = quickstart.choose_recipe()
+        assert {flag: FLAGS[flag].value for flag in own} == own and "resumes" not in line, line
 
 
 def test_learning_curve_of_the_run(smoke):

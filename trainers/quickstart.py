@@ -119,6 +119,7 @@ def choose_recipe():
     """Sets the flags of the recipe for this machine's kind (KIND_RECIPES, by the precision
     --mixed_precision resolves to here) that the command line leaves open; returns the start line
     that names the recipe and why."""
+    from keras_transformer.config import PRESETS
     from keras_transformer.training import bfloat16_cpu, resolve_precision
 
     precision = resolve_precision(FLAGS.mixed_precision)
@@ -138,10 +139,10 @@ def choose_recipe():
         return (f"recipe: {name} would set {flag_text(changes)}, but --{given[0]} is given: "
                 f"preset {FLAGS.preset} as the flags say ({why})")
     resumed = resumed_model()
-    if resumed is not None:
+    kept = resumed and {flag: getattr(resumed, flag) for flag in recipe_flags[1:]}
+    if kept and kept != {flag: changes.get(flag, PRESETS[FLAGS.preset][flag]) for flag in kept}:
         # A run folder may move between CPU kinds (a Colab runtime on a drive, a copied folder):
         # it resumes at the width it has, whichever kind's recipe chose it.
-        kept = {flag: getattr(resumed, flag) for flag in recipe_flags[1:]}
         for flag, value in kept.items():
             setattr(FLAGS, flag, value)
         return (f"recipe: the run in {FLAGS.model_dir} resumes with the width it was trained with, "
