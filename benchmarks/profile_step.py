@@ -331,12 +331,12 @@ def kept_notes(path) -> str:
 def main(argv):
     del argv  # console.run has refused stray arguments
     presets, precisions, count, overrides = FLAGS.presets, FLAGS.precisions, FLAGS.batches, {}
-    model_options = None
+    main_job = False
     if FLAGS.main_job:
         job = common.MAIN_JOB
         presets = [job["preset"]]
         overrides = {key: job[key] for key in ("dataset", "vocab_size", "token_budget", "max_length")}
-        model_options = common.main_job_options
+        main_job = True
     if FLAGS.smoke:  # bfloat16 takes the same code path
         presets, precisions, count = ["tiny"], ["float32"], 1
         overrides = dict(token_budget=256, vocab_size=512)
@@ -350,16 +350,17 @@ def main(argv):
     rows = []
     for preset in presets:
         for precision in precisions:
-            options = model_options and model_options(precision)
+            options = common.main_job_options(precision) if main_job else None
             row = measure(preset, precision, tokenizer.vocab_size, batches,
                           os.path.join(logdir, f"{preset}_{precision}"), options)
-            row.update(model_options and {"model": common.main_job_label(precision),
-                                          "model_options": options} or {})
+            if main_job:
+                row.update(model=common.main_job_label(precision), model_options=options)
             rows.append(row)
             top = sorted(row["categories"].items(), key=lambda kv: -kv[1])[:4]
-            print(f"  {preset} {precision}: {row['step_seconds_profiled']:.3f} s/step; " + ", ".join(
+            label = row.get("model", preset)
+            print(f"  {label} {precision}: {row['step_seconds_profiled']:.3f} s/step; " + ", ".join(
                 f"{name} {percent(s, row['step_seconds_profiled'])}" for name, s in top), flush=True)
-    result = {"machine": common.machine(), "batches": count, "main_job": bool(model_options),
+    result = {"machine": common.machine(), "batches": count, "main_job": main_job,
               "profiled_passes": FLAGS.profiled_passes,
               "data": {"dataset": config.dataset, "token_budget": config.token_budget,
                        "vocab_size": tokenizer.vocab_size, **padding},

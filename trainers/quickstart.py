@@ -134,10 +134,8 @@ def choose_recipe():
         why = ("--mixed_precision=auto trains in float32 here ("
                + ("a GPU" if bfloat16_cpu() else "no AVX512-BF16 or AMX on this CPU") + ")")
     if given:
-        if not changes:
-            return f"recipe: {name}: preset {FLAGS.preset} as the flags say ({why})"
-        return (f"recipe: {name} would set {flag_text(changes)}, but --{given[0]} is given: "
-                f"preset {FLAGS.preset} as the flags say ({why})")
+        would = f" would set {flag_text(changes)}, but --{given[0]} is given:" if changes else ":"
+        return f"recipe: {name}{would} preset {FLAGS.preset} as the flags say ({why})"
     resumed = resumed_model()
     kept = resumed and {flag: getattr(resumed, flag) for flag in recipe_flags[1:]}
     if kept and kept != {flag: changes.get(flag, PRESETS[FLAGS.preset][flag]) for flag in kept}:
