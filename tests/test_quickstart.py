@@ -231,9 +231,10 @@ def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, 
 
 
 @pytest.mark.parametrize("bf16_cpu", [True, False])
-def test_a_run_folder_from_the_other_kind_resumes_at_its_own_width(monkeypatch, tmp_path, bf16_cpu):
+def test_a_run_folder_resumes_with_its_own_model(monkeypatch, tmp_path, bf16_cpu):
     """A run trained on one CPU kind and resumed on the other with the same command keeps the width
-    it was trained with (its checkpoints restore only into it); --overwrite starts the kind's own."""
+    it was trained with (its checkpoints restore only into it), and a run of an earlier default
+    vocabulary keeps its vocabulary; --overwrite starts the kind's own recipe."""
     import tensorflow as tf
     from absl import flags
     from absl.testing import flagsaver
@@ -247,7 +248,8 @@ def test_a_run_folder_from_the_other_kind_resumes_at_its_own_width(monkeypatch, 
     own = {"d_model": None, "d_ff": None,
            **quickstart.KIND_RECIPES["bfloat16" if bf16_cpu else "float32"][1]}
     other = quickstart.KIND_RECIPES["float32" if bf16_cpu else "bfloat16"][1]
-    trained = TransformerConfig.from_preset("mini", vocab_size=2000, **other)
+    vocab_size = quickstart.QUICKSTART_DEFAULTS["vocab_size"]
+    trained = TransformerConfig.from_preset("mini", vocab_size=vocab_size, **other)
     assert (trained.d_model, trained.d_ff) != (own["d_model"] or 128, own["d_ff"] or 512)
     run_dir = tmp_path / "run"
     FLAGS = flags.FLAGS
@@ -261,20 +263,34 @@ def test_a_run_folder_from_the_other_kind_resumes_at_its_own_width(monkeypatch, 
         FLAGS(["quickstart", f"--model_dir={run_dir}"])
         line = quickstart.choose_recipe()
         assert (FLAGS.d_model, FLAGS.d_ff) == (trained.d_model, trained.d_ff), line
-        assert line.startswith(f"recipe: the run in {run_dir} resumes with the width it was "
-                               f"trained with, --d_ff={trained.d_ff} --d_model={trained.d_model}"), line
+        assert line.startswith(f"recipe: the run in {run_dir} resumes with the model it was trained "
+                               f"with, --d_ff={trained.d_ff} --d_model={trained.d_model} "
+                               f"--vocab_size={vocab_size}"), line
     with flagsaver.flagsaver():
         FLAGS(["quickstart", f"--model_dir={run_dir}", "--overwrite"])
         line = quickstart.choose_recipe()
         assert {flag: FLAGS[flag].value for flag in own} == own and "resumes" not in line, line
     # a run of this kind's own width resumes as a new run starts, under the kind's recipe line
-    mine = TransformerConfig.from_preset("mini", vocab_size=2000, **{
-        flag: value for flag, value in own.items() if value is not None})
-    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"model": mine.to_dict()})
+    mine = {flag: value for flag, value in own.items() if value is not None}
+    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"model": TransformerConfig.from_preset(
+        "mini", vocab_size=vocab_size, **mine).to_dict()})
     with flagsaver.flagsaver():
         FLAGS(["quickstart", f"--model_dir={run_dir}"])
         line = quickstart.choose_recipe()
         assert {flag: FLAGS[flag].value for flag in own} == own and "resumes" not in line, line
+    # this kind's width on another vocabulary (an earlier default): it keeps its vocabulary, unless
+    # --vocab_size is given (then the trainer's own check compares the two)
+    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"model": TransformerConfig.from_preset(
+        "mini", vocab_size=vocab_size // 2, **mine).to_dict()})
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}"])
+        line = quickstart.choose_recipe()
+        assert FLAGS.vocab_size == vocab_size // 2 and f"--vocab_size={vocab_size // 2}" in line, line
+        assert "resumes with the model it was trained with" in line, line
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}", f"--vocab_size={vocab_size}"])
+        line = quickstart.choose_recipe()
+        assert FLAGS.vocab_size == vocab_size and "resumes" not in line, line
 
 
 def test_learning_curve_of_the_run(smoke):

@@ -33,7 +33,7 @@ def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_
     extra = toy_extra_flags(tmp_path)
     # An earlier sweep's records: one the row replaces (same row, seed, kind, flags), one it keeps.
     stale = {"row": "label_smoothing_0.2", "seed": 1, "kind": "avx2",
-             "baseline": "--warmup_steps=200", "extra_flags": extra, "dev_sacrebleu": -1.0}
+             "baseline": "--warmup_steps=200 --vocab_size=2000", "extra_flags": extra, "dev_sacrebleu": -1.0}
     kept = {**stale, "row": "mini", "flags": "", "asks": "the quickstart defaults", "seed": 2,
             "kind_label": "AVX2 only", "emulated": True, "updates": 6, "dev_sacrebleu": 1.5,
             "final_dev_loss": 3.0, "floors": {"copy": {"sacrebleu": 0.5},
@@ -63,8 +63,9 @@ def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_
     for flag in ("--label_smoothing=0.2", "--mixed_precision=float32", "--seed=1",
                  "--checkpoint_every_steps=1"):
         assert flag in report["command"], report["command"]
-    # on the sweep's baseline (recipe.BASELINE: the warm-up the defaults had when it began)
-    assert record["baseline"] == stale["baseline"] and stale["baseline"] in report["command"]
+    # on the sweep's baseline (recipe.BASELINE: the warm-up and vocabulary the defaults had when it
+    # began)
+    assert record["baseline"] == stale["baseline"] and "--warmup_steps=200" in report["command"]
     table = (tmp_path / "results" / "recipe.md").read_text()
     assert "| label_smoothing_0.2 |" in table and "| mini |" in table
     # best median dev score first

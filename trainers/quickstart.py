@@ -53,14 +53,15 @@ for _module in TRAINER_MODULES + (decoding_flags,):
     flags.adopt_module_key_flags(_module)
 
 # The trainer's defaults are the paper's (base, 100k steps, ~25k-token batches). These are for 20
-# minutes on 2 CPU cores (docs/results.md, "The main job"). The warm-up of 1,000 won the dev sweep
-# of benchmarks.recipe on both CPU kinds, two seeds each (benchmarks/results/recipe.md), and so did
-# a wider model on the bf16 kind (KIND_RECIPES below); the rest rests on single runs of earlier
-# probes, which the sweep has not beaten so far: a narrow model (preset mini) makes more updates
-# in the budget; in those probes post-LN stalled for minutes on its initial plateau. Only the
-# checkpoints it averages are kept (unless --keep_checkpoints is given), and the best dev-BLEU one.
+# minutes on 2 CPU cores (docs/results.md, "The main job"). The warm-up of 1,000 and then a
+# vocabulary of 4,000 subwords won the dev sweep of benchmarks.recipe, two seeds each
+# (benchmarks/results/recipe.md), and so did a wider model on the bf16 kind (KIND_RECIPES below);
+# the rest rests on single runs of earlier probes, which the sweep has not beaten so far: a narrow
+# model (preset mini) makes more updates in the budget; in those probes post-LN stalled for minutes
+# on its initial plateau. Only the checkpoints it averages are kept (unless --keep_checkpoints is
+# given), and the best dev-BLEU one.
 QUICKSTART_DEFAULTS = dict(
-    dataset="libreoffice_help_en_de", vocab_size=2000, token_budget=2048, max_length=64,
+    dataset="libreoffice_help_en_de", vocab_size=4000, token_budget=2048, max_length=64,
     preset="mini", dropout_rate=0.1, norm_first=True,
     model_dir=shipped.MAIN_JOB_RUN, export_dir="saved_models",
     train_minutes=20.0, train_steps=0, warmup_steps=1000, mixed_precision="auto",
@@ -136,14 +137,17 @@ def choose_recipe():
     if given:
         would = f" would set {flag_text(changes)}, but --{given[0]} is given:" if changes else ":"
         return f"recipe: {name}{would} preset {FLAGS.preset} as the flags say ({why})"
+    # What a new run trains; a run folder resumes with the model it has, whichever kind's recipe
+    # (or an earlier default vocabulary) chose it: a Colab runtime on a drive, a copied folder.
+    new_run = {flag: changes.get(flag, PRESETS[FLAGS.preset][flag]) for flag in recipe_flags[1:]}
+    if not FLAGS["vocab_size"].present:
+        new_run["vocab_size"] = FLAGS.vocab_size
     resumed = resumed_model()
-    kept = resumed and {flag: getattr(resumed, flag) for flag in recipe_flags[1:]}
-    if kept and kept != {flag: changes.get(flag, PRESETS[FLAGS.preset][flag]) for flag in kept}:
-        # A run folder may move between CPU kinds (a Colab runtime on a drive, a copied folder):
-        # it resumes at the width it has, whichever kind's recipe chose it.
+    kept = resumed and {flag: getattr(resumed, flag) for flag in new_run}
+    if kept and kept != new_run:
         for flag, value in kept.items():
             setattr(FLAGS, flag, value)
-        return (f"recipe: the run in {FLAGS.model_dir} resumes with the width it was trained with, "
+        return (f"recipe: the run in {FLAGS.model_dir} resumes with the model it was trained with, "
                 f"{flag_text(kept)}; {name} (because {why}) is for new runs (--overwrite)")
     for flag, value in changes.items():
         setattr(FLAGS, flag, value)
