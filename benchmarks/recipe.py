@@ -94,6 +94,7 @@ ROWS = {
     "vocab_1000": ("--vocab_size=1000", "vocabulary", True),
     "vocab_4000": ("--vocab_size=4000", "vocabulary", True),
     "vocab_8000": ("--vocab_size=8000", "vocabulary", True),
+    "vocab_16000": ("--vocab_size=16000", "vocabulary (beyond 8,000, the largest of the first rows)", True),
     "max_length_48": ("--max_length=48", "max length", True),
     "max_length_96": ("--max_length=96", "max length", True),
 }
