@@ -119,7 +119,7 @@ def peak_line(result) -> str:
 
 # The main job's model and batches (trainers/quickstart.py QUICKSTART_DEFAULTS; a test keeps the
 # two equal): its training speed is measured beside the presets'.
-MAIN_JOB = dict(preset="mini", dataset="libreoffice_help_en_de", vocab_size=4000,
+MAIN_JOB = dict(preset="mini", dataset="libreoffice_help_en_de", vocab_size=8000,
                 token_budget=2048, max_length=64, norm_first=True, dropout_rate=0.1,
                 mixed_precision="auto")
 # The main job's width by the precision it trains in: trainers.quickstart.KIND_RECIPES (which

@@ -58,9 +58,9 @@ from trainers import data_flags, decoding_flags, model_flags  # noqa: F401
 KINDS = {"bf16": dict(updates=6725, precision="bfloat16", label="AVX-512 + AVX512-BF16"),
          "avx2": dict(updates=3429, precision="float32", label="AVX2 only")}
 # Every row is measured against one mini: the quickstart's defaults when the sweep began (main
-# b709fd1). Its winners, the warm-up of 1,000 and then the vocabulary of 4,000, have since become
-# defaults; rows keep the old values, so that they still compare to the same mini, and
-# warmup_1000+vocab_4000+ROW measures a row on today's defaults (with d_model_192 on the bf16
+# b709fd1). Its winners, the warm-up of 1,000 and then the vocabulary of 4,000, then 8,000, have
+# since become defaults; rows keep the old values, so that they still compare to the same mini, and
+# warmup_1000+vocab_8000+ROW measures a row on today's defaults (with d_model_192 on the bf16
 # kind). Records carry the baseline they trained on.
 BASELINE = "--warmup_steps=200 --vocab_size=2000"
 # name -> (flags on top of BASELINE, what the row asks, whether it changes a step's cost)
