@@ -491,7 +491,7 @@ def load_exported_score_fn(path: str):
     """The ``score`` signature of an exported SavedModel as a ``score_fn`` for
     ``score_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(score_fn,
     version_path)``; an export without the signature (the ids-only one, or one written before
-    scoring was exported, such as the shipped model) is a ValueError naming the path."""
+    scoring was exported) is a ValueError naming the path."""
     signature, path = _exported_signature(path, SCORE_SIGNATURE, "scoring was; export the run "
                                           "again to score with it")
     return (lambda sources, targets: signature(sources=sources, targets=targets)), path

@@ -20,7 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "saved_models", shipped.SHIPPED_NAME)
 README = os.path.join(ROOT, "saved_models", "README.md")
 SENTENCE = "Opens the Customize dialog."
-MAX_BYTES = 10 * 1024 * 1024
+# mini with the main job's 8,000 subwords: 2.4M float32 parameters, the search graph and the
+# vocabulary; the bound keeps a clone and the wheel from growing with every re-ship beyond that.
+MAX_BYTES = 16 * 1024 * 1024
 
 
 def run(module, *args, cwd):
@@ -44,7 +46,7 @@ def test_shipped_model_is_small_and_described():
     path = version_folder()
     size = sum(os.path.getsize(os.path.join(folder, name))
                for folder, _, names in os.walk(path) for name in names)
-    assert size <= MAX_BYTES, f"{path}: {size / 2**20:.1f} MiB, more than the 10 MiB the project ships"
+    assert size <= MAX_BYTES, f"{path}: {size / 2**20:.1f} MiB, more than the {MAX_BYTES / 2**20:.0f} MiB the project ships"
     text = open(README).read()
     # The README says how it was made and what it scores: the command that reproduces it, the
     # version folder, and the floors beside its score.
