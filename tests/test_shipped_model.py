@@ -20,8 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHIPPED = os.path.join(ROOT, "saved_models", shipped.SHIPPED_NAME)
 README = os.path.join(ROOT, "saved_models", "README.md")
 SENTENCE = "Opens the Customize dialog."
-# mini with the main job's 8,000 subwords: 2.4M float32 parameters, the search graph and the
-# vocabulary; the bound keeps a clone and the wheel from growing with every re-ship beyond that.
+# mini at the main job's vocabulary in float32, its search graph and its vocabulary fit; the bound
+# keeps a clone and the wheel from growing with every re-ship beyond that.
 MAX_BYTES = 16 * 1024 * 1024
 
 
