@@ -84,8 +84,9 @@ def category(op_type: str, name: str) -> str:
     """The category of one executed op, from its type and its (name-scoped) node name."""
     lower = name.lower()
     if op_type in MATMUL_TYPES:
-        # The pre-softmax projection is the model's own matmul, outside encoder/decoder scopes.
-        if re.search(r"transformer(_\d+)*/tensordot", lower):
+        # The pre-softmax projection: the model's own matmul, outside encoder/decoder scopes, or
+        # the training loss's (training.loss.projected_loss_and_accuracy).
+        if "output_projection" in lower or re.search(r"transformer(_\d+)*/tensordot", lower):
             return CATEGORIES[0]
         return CATEGORIES[2] if "batchmatmul" in op_type.lower() else CATEGORIES[1]
     if ("label_smoothed_loss" in lower or "softmax_cross_entropy" in lower or "one_hot" in lower

@@ -138,13 +138,19 @@ class Transformer(keras.Model):
 
     def decode(self, target_input_ids, memory, memory_mask, training=False):
         """Teacher-forced decoding: float32 logits [batch, target_length, target_vocab]."""
+        return self.softmax_embedding.project(
+            self.decoder_states(target_input_ids, memory, memory_mask, training=training))
+
+    def decoder_states(self, target_input_ids, memory, memory_mask, training=False):
+        """Teacher-forced decoding up to the pre-softmax projection: the decoder stack's output
+        [batch, target_length, d_model], which ``decode`` projects (the training step projects
+        it inside its loss: ``training.loss.projected_loss_and_accuracy``)."""
         target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
                                              "target_input_ids")
         x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
                         training=training, word_dropout=self.target_word_dropout)
         self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
-        x = self.decoder(x, memory, self_mask, memory_mask, training=training)
-        return self.softmax_embedding.project(x)
+        return self.decoder(x, memory, self_mask, memory_mask, training=training)
 
     def call(self, inputs, training=None):
         source_ids, target_input_ids = inputs

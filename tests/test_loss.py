@@ -7,7 +7,8 @@ import tensorflow as tf
 
 from keras_transformer.training.loss import (LabelSmoothedCrossEntropy,
                                              label_smoothed_cross_entropy, loss_accuracy_and_nll,
-                                             loss_and_accuracy, token_accuracy_counts)
+                                             loss_and_accuracy, projected_loss_and_accuracy,
+                                             token_accuracy_counts)
 
 
 def numpy_reference(labels, logits, eps, pad_id=0):
@@ -127,6 +128,49 @@ def test_nll_from_the_same_pass_is_the_unsmoothed_loss(batch):
     assert float(nll_sum) == pytest.approx(want_nll, rel=1e-5)
     assert float(loss_sum) == pytest.approx(want_loss, rel=1e-5)
     assert float(loss_sum) > 1.5 * float(nll_sum)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_projection_inside_the_loss_is_the_loss_of_the_projected_logits(eps, jit_compile, dtype):
+    """The training step's loss over decoder states and the tied embeddings: the same sums, and
+    the same gradients for the states and the embeddings, as the loss of the logits ``states @
+    embeddings^T`` differentiated op by op (float64 numpy: softmax(z) - q' through the product).
+    bfloat16 rounds the inputs of both products, so its bound is bfloat16's."""
+    rng = np.random.default_rng(7)
+    states = rng.normal(size=(3, 5, 6)).astype(np.float32)
+    table = rng.normal(scale=0.8, size=(11, 6)).astype(np.float32)
+    labels = rng.integers(1, 11, size=(3, 5)).astype(np.int32)
+    labels[0, 3:] = 0
+    labels[2, 1:] = 0
+    labels[1, 0] = (states[1, 0] @ table.T).argmax()  # one right answer
+
+    @tf.function(jit_compile=jit_compile)
+    def run(states, table):
+        with tf.GradientTape() as tape:
+            tape.watch([states, table])
+            sums = projected_loss_and_accuracy(labels, tf.cast(states, dtype), table, eps)
+            objective = 2.5 * sums[0]
+        return sums, tape.gradient(objective, [states, table])
+
+    (loss_sum, tokens, correct), (states_grad, table_grad) = run(tf.constant(states),
+                                                                 tf.constant(table))
+    rounded = lambda x: tf.cast(tf.cast(x, dtype), tf.float64).numpy()
+    z = rounded(states) @ rounded(table).T
+    want_loss, want_tokens = numpy_reference(labels, z, eps)
+    softmax = np.exp(z - z.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    q = np.full(z.shape, eps / 11)
+    np.put_along_axis(q, labels[..., None].astype(np.int64), 1.0 - eps + eps / 11, axis=-1)
+    logit_grad = 2.5 * (softmax - q) * (labels != 0)[..., None]
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=2e-2, atol=2e-2)
+    assert float(tokens) == want_tokens == 9
+    assert float(correct) == ((z.argmax(-1) == labels) & (labels != 0)).sum() >= 1
+    np.testing.assert_allclose(float(loss_sum), want_loss, **tolerance)
+    np.testing.assert_allclose(states_grad.numpy(), logit_grad @ rounded(table), **tolerance)
+    np.testing.assert_allclose(table_grad.numpy(),
+                               np.einsum("btk,btd->kd", logit_grad, rounded(states)), **tolerance)
 
 
 def test_token_accuracy(batch):

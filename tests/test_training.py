@@ -4,6 +4,7 @@ averaging, preemption, NaN handling, mixed precision and XLA, and learning a toy
 Things that need a fresh TensorFlow or several processes run tests/training_subprocess.py.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -143,6 +144,33 @@ def test_accumulating_two_batches_equals_one_double_batch():
     moved = max(np.abs(a.numpy() - b.numpy()).max()
                 for a, b in zip(big.trainable_variables, initial.trainable_variables))
     assert moved > 1e-2
+
+
+@pytest.mark.parametrize("share_embeddings", [True, False])
+def test_step_gradients_are_those_of_the_models_own_logits(share_embeddings):
+    """The step projects the decoder's output inside its loss (training.loss.
+    projected_loss_and_accuracy); its gradients of the loss sum must be those of the model's own
+    logits (``model((source, target_in))``) under label_smoothed_cross_entropy, differentiated op
+    by op, for every variable: the pre-softmax weights whether tied to the embeddings or not."""
+    from keras_transformer.training.loss import label_smoothed_cross_entropy
+
+    (source, _), target = toy_batch(1, task="reverse", vocab_size=16, batch_size=4, min_length=1,
+                                    max_length=6)
+    target_in = tf.concat([tf.fill([4, 1], 2), target[:, :-1]], 1)
+    keras.utils.set_random_seed(5)
+    model = kt.Transformer(dataclasses.replace(TINY, share_embeddings=share_embeddings,
+                                               dropout_rate=0.0))
+    model((source, target_in))
+    step = TrainStep(model, keras.optimizers.SGD(0.1), label_smoothing=0.1)
+    grads, stats = step._forward_backward(source, target_in, target)
+    with tf.GradientTape() as tape:
+        loss_sum, tokens = label_smoothed_cross_entropy(target, model((source, target_in)), 0.1)
+    want = tape.gradient(loss_sum, model.trainable_variables)
+    assert float(stats[0]) == pytest.approx(float(loss_sum), rel=1e-6)
+    assert float(stats[1]) == float(tokens)
+    for variable, got, expected in zip(model.trainable_variables, grads, want):
+        np.testing.assert_allclose(got.numpy(), tf.convert_to_tensor(expected).numpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=variable.path)
 
 
 # --- learning, progress, summaries -------------------------------------------------------------

@@ -34,7 +34,7 @@ def loss_and_accuracy(labels, logits, label_smoothing: float = 0.1, pad_id: int 
     Since ``sum_k q'(k) = 1``, the loss of one token is ``logsumexp(z) - (1 - eps) z_y -
     (eps / K) sum_k z_k``: two row reductions and a gather, without the [batch, length, K]
     smoothed distribution that a generic cross-entropy reads. Its gradient ``softmax(z) - q'``
-    is written out (a custom gradient) from the exponentials the forward pass kept, instead of
+    is written out (a custom gradient) from the softmax the forward pass kept, instead of
     differentiating logsumexp op by op. The row maximum that logsumexp needs anyway gives the
     accuracy, so no separate arg-max over the vocabulary is needed. Only the loss is
     differentiable.
@@ -49,38 +49,118 @@ def loss_accuracy_and_nll(labels, logits, label_smoothing: float = 0.1, pad_id: 
         return _sums(labels, logits, float(label_smoothing), int(pad_id))
 
 
+def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: float = 0.1,
+                                pad_id: int = 0):
+    """``loss_and_accuracy`` of the logits ``states @ embeddings^T``, the pre-softmax projection
+    (section 3.4) of the decoder's output ``states`` [batch, length, d_model] with the
+    [K, d_model] ``embeddings``, computed here rather than by the model so that the projection is
+    inside the loss's custom gradient. There the gradient of the logits, ``softmax(z) - q'`` per
+    real token, is never formed whole in float32: its ``softmax(z)`` part goes through the two
+    backward products as it is, and its smoothing and one-hot parts reach the states and the
+    embeddings as column sums, a gather and a segment sum, so no pass over [tokens, K] is added
+    to the two products. In a lower precision (bfloat16) the softmax rounded before the
+    subtraction would lose the difference at the label, so there it is formed whole in float32
+    first, as the logits' own loss does."""
+    with tf.name_scope("label_smoothed_loss"):  # a label for profiles (benchmarks.profile_step)
+        dtype = states.dtype
+        width = states.shape[-1]
+        labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+        mask = tf.cast(tf.not_equal(labels, int(pad_id)), tf.float32)
+        eps = float(label_smoothing)
+
+        @tf.custom_gradient
+        def projected(rows, table):
+            with tf.name_scope("output_projection"):
+                logits = tf.matmul(rows, table, transpose_b=True)
+            probs, per_token, correct, nll = _token_terms(tf.cast(logits, tf.float32), labels, eps)
+
+            def gradient(upstream, *_):
+                weight = (upstream * mask)[:, None]
+                if dtype != tf.float32:
+                    logit_grad = tf.cast(_logit_gradient(probs, labels, weight, eps), dtype)
+                    with tf.name_scope("output_projection"):
+                        return _projection_gradients(logit_grad, rows, table)
+                num_classes = table.shape[0]
+                weighted_rows = weight * rows
+                with tf.name_scope("output_projection"):
+                    states_grad, table_grad = _projection_gradients(probs, weighted_rows, table)
+                states_grad = weight * (states_grad - (1.0 - eps) * tf.gather(table, labels))
+                table_grad -= (1.0 - eps) * tf.math.unsorted_segment_sum(weighted_rows, labels,
+                                                                         num_classes)
+                if eps:
+                    states_grad -= weight * (eps / num_classes) * tf.reduce_sum(table, 0)
+                    table_grad -= (eps / num_classes) * tf.reduce_sum(weighted_rows, 0)
+                return states_grad, table_grad
+
+            return _masked_sums(per_token, correct, nll, mask), gradient
+
+        loss_sum, correct, _ = projected(tf.reshape(states, [-1, width]),
+                                         tf.cast(embeddings, dtype))
+        return loss_sum, tf.reduce_sum(mask), correct
+
+
+def _projection_gradients(logit_grad, rows, table):
+    """The products of the projection's backward pass: (logit_grad @ table, logit_grad^T @ rows),
+    the second as the transpose of [d_model, K] (faster than a [K, d_model] product over the long
+    token axis)."""
+    return (tf.matmul(logit_grad, table),
+            tf.transpose(tf.matmul(rows, logit_grad, transpose_a=True)))
+
+
 def _sums(labels, logits, label_smoothing, pad_id):
     logits = tf.cast(logits, tf.float32)
-    labels = tf.cast(labels, tf.int32)
+    shape = tf.shape(logits)
     num_classes = logits.shape[-1]
-    eps = label_smoothing
+    labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
     mask = tf.cast(tf.not_equal(labels, pad_id), tf.float32)
 
     @tf.custom_gradient
     def smoothed(z):
-        row_max = tf.reduce_max(z, axis=-1, keepdims=True)
-        exps = tf.exp(z - row_max)
-        sums = tf.reduce_sum(exps, axis=-1, keepdims=True)
-        log_normalizer = tf.squeeze(row_max + tf.math.log(sums), -1)
-        label_logits = tf.gather(z, labels, batch_dims=len(labels.shape))
-        nll = log_normalizer - label_logits
-        per_token = nll + eps * label_logits
-        if eps:
-            per_token -= (eps / num_classes) * tf.reduce_sum(z, axis=-1)
-        correct = tf.cast(tf.greater_equal(label_logits, tf.squeeze(row_max, -1)), tf.float32)
+        probs, per_token, correct, nll = _token_terms(
+            tf.reshape(z, [-1, num_classes]), labels, label_smoothing)
 
         def gradient(upstream, *_):
-            weight = (upstream * mask)[..., None]
-            # softmax(z) - q', with q' = (1 - eps) onehot + eps / K, per real token.
-            target = tf.one_hot(labels, num_classes, on_value=1.0 - eps + eps / num_classes,
-                                off_value=eps / num_classes, dtype=tf.float32)
-            return (exps * (weight / sums)) - target * weight
+            weight = (upstream * mask)[:, None]
+            return tf.reshape(_logit_gradient(probs, labels, weight, label_smoothing), shape)
 
-        return (tf.reduce_sum(per_token * mask), tf.reduce_sum(correct * mask),
-                tf.reduce_sum(nll * mask)), gradient
+        return _masked_sums(per_token, correct, nll, mask), gradient
 
     loss_sum, correct, nll_sum = smoothed(logits)
     return loss_sum, tf.reduce_sum(mask), correct, nll_sum
+
+
+def _token_terms(z, labels, eps):
+    """Per token of float32 logits z [tokens, K] and labels [tokens]: (softmax(z), the smoothed
+    loss, whether the label has the largest logit, the loss without smoothing)."""
+    num_classes = z.shape[-1]
+    row_max = tf.reduce_max(z, axis=-1)
+    # Every pass over [tokens, K] costs memory traffic: the softmax is one (oneDNN) kernel, and
+    # its largest entry, exp(0) / sum(exp(z - row_max)), gives logsumexp without a second
+    # exponential of the row.
+    probs = tf.nn.softmax(z)
+    log_normalizer = row_max - tf.math.log(tf.reduce_max(probs, axis=-1))
+    label_logits = tf.gather(z, labels, batch_dims=1)
+    nll = log_normalizer - label_logits
+    per_token = nll + eps * label_logits
+    if eps:
+        per_token -= (eps / num_classes) * tf.reduce_sum(z, axis=-1)
+    correct = tf.cast(tf.greater_equal(label_logits, row_max), tf.float32)
+    return probs, per_token, correct, nll
+
+
+def _logit_gradient(probs, labels, weight, eps):
+    """(softmax(z) - q') * weight [tokens, K], with q' = (1 - eps) onehot + eps / K: the one-hot
+    part subtracted at the labels only, not as a [tokens, K] tensor of its own."""
+    num_classes = probs.shape[-1]
+    grad = probs * weight
+    if eps:
+        grad -= weight * (eps / num_classes)
+    at_labels = tf.stack([tf.range(tf.shape(grad)[0]), labels], 1)
+    return tf.tensor_scatter_nd_sub(grad, at_labels, weight[:, 0] * (1.0 - eps))
+
+
+def _masked_sums(per_token, correct, nll, mask):
+    return tf.reduce_sum(per_token * mask), tf.reduce_sum(correct * mask), tf.reduce_sum(nll * mask)
 
 
 def token_accuracy_counts(labels, logits, pad_id: int = 0):

@@ -19,7 +19,7 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.training.loss import loss_accuracy_and_nll, loss_and_accuracy
+from keras_transformer.training.loss import loss_accuracy_and_nll, projected_loss_and_accuracy
 
 # Statistics every step returns, summed over replicas and micro-batches (and ``grad_norm``, the
 # global norm of the gradient the update applied).
@@ -73,9 +73,11 @@ class TrainStep:
     def _forward_backward_fn(self, source, target_in, target_out):
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            logits = self.model((source, target_in), training=True)
-            loss_sum, num_tokens, correct = loss_and_accuracy(
-                target_out, logits, self.label_smoothing, self.pad_id)
+            memory, memory_mask = self.model.encode(source, training=True)
+            states = self.model.decoder_states(target_in, memory, memory_mask, training=True)
+            loss_sum, num_tokens, correct = projected_loss_and_accuracy(
+                target_out, states, self.model.softmax_embedding.embeddings,
+                self.label_smoothing, self.pad_id)
             # Differentiate the local MEAN (times the loss scale for float16) so low-precision
             # gradients keep the range of a mean loss; scaled back to a sum in float32 below.
             objective = self.optimizer.scale_loss(loss_sum / tf.maximum(num_tokens, 1.0))
