@@ -11,7 +11,7 @@ _MODULES = {
     "checkpoints": ("Checkpointer", "average_checkpoints", "average_run", "checkpoint_paths",
                     "last_checkpoints", "write_averaged_checkpoint"),
     "loss": ("LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy", "loss_accuracy_and_nll",
-             "loss_and_accuracy", "token_accuracy_counts"),
+             "loss_and_accuracy", "projected_loss_and_accuracy", "token_accuracy_counts"),
     "schedule": ("TransformerSchedule", "paper_optimizer"),
     "step": ("TrainStep",),
     "strategy": ("PRECISIONS", "STRATEGIES", "bfloat16_cpu", "configure_cpu_devices", "is_chief",
