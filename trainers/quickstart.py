@@ -56,7 +56,7 @@ for _module in TRAINER_MODULES + (decoding_flags,):
 # minutes on 2 CPU cores (docs/results.md, "The main job"). The warm-up of 1,000 and then a
 # vocabulary of 4,000, then 8,000 subwords won the dev sweep of benchmarks.recipe, two seeds each
 # (benchmarks/results/recipe.md), and so did a wider model on the bf16 kind (KIND_RECIPES below);
-# the rest rests on single runs of earlier probes, which the sweep has not beaten so far: a narrow
+# the rest rests on single runs of earlier probes, which no row has beaten on two seeds so far: a narrow
 # model (preset mini) makes more updates in the budget; in those probes post-LN stalled for minutes
 # on its initial plateau. Only the checkpoints it averages are kept (unless --keep_checkpoints is
 # given), and the best dev-BLEU one.
