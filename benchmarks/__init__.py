@@ -1,0 +1,3 @@
+"""The benchmarks: ``python -m benchmarks.NAME``; they time what the programs run."""
+
+import trainers  # noqa: F401  (its TensorFlow settings, made before TensorFlow is imported)
