@@ -55,11 +55,22 @@ def run(code, *args, onednn=None):
     return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
 
 
+# TensorFlow imported first, as a test or a notebook may: the package leaves the variable alone,
+# so that child processes compute with their parent's kernels.
+IMPORTED_LATE = """
+import os
+import tensorflow  # noqa: F401
+import trainers  # noqa: F401
+print(os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset"))
+"""
+
+
 def test_programs_run_on_onednn_unless_the_environment_turns_it_off():
     # TensorFlow's own default is off on CPUs without AVX512-VNNI, AVX512-BF16 or AMX (an
     # AVX2-only CPU); the package turns it on there and changes nothing where it is on already.
     assert run(ONEDNN_ENABLED) == "True"
     assert run(ONEDNN_ENABLED, onednn="0") == "False"
+    assert run(IMPORTED_LATE) == "unset"
 
 
 def test_onednn_and_the_default_kernels_compute_the_same_model(tmp_path):

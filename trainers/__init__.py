@@ -9,5 +9,9 @@ gradients both ways). ``TF_ENABLE_ONEDNN_OPTS=0`` in the environment still turns
 """
 
 import os
+import sys
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+# Only where it takes effect: in a process that imported TensorFlow already, the variable would
+# change its child processes' kernels but not its own.
+if "tensorflow" not in sys.modules:
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
