@@ -387,8 +387,12 @@ def table(records):
              "same dev sentences. Test is never scored here."]
     for (kind, baseline, extra, _), rows in sorted(groups.items()):
         first = next(iter(rows.values()))[0]
-        how = (f"emulated by updates in {KINDS[kind]['precision']}: mini's "
-               f"{KINDS[kind]['updates']:,}, scaled by the timed step costs for rows that change them"
+        given = {r.get("updates_from", "").startswith("given") for g in rows.values() for r in g}
+        scaled = (f"mini's {KINDS[kind]['updates']:,}, scaled by the timed step costs for rows that "
+                  "change them")
+        how = (f"emulated by updates in {KINDS[kind]['precision']}: "
+               + ("the updates given with --row_updates" if given == {True} else
+                  scaled + ("; some rows' updates given with --row_updates" if True in given else ""))
                if first["emulated"] else "20 minutes of wall clock")
         lines += ["", f"## {first['kind_label']} ({how}; machine: {first['machine']['cpu']}), "
                   f"rows on the quickstart's defaults with `{' '.join(filter(None, (baseline, extra)))}`",

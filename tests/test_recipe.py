@@ -68,6 +68,9 @@ def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_
     assert record["baseline"] == stale["baseline"] and "--warmup_steps=200" in report["command"]
     table = (tmp_path / "results" / "recipe.md").read_text()
     assert "| label_smoothing_0.2 |" in table and "| mini |" in table
+    # the heading says where the updates came from: this row's were given, mini's were not
+    assert re.search(r"mini's [\d,]+, scaled by the timed step costs", table), table
+    assert "some rows' updates given with --row_updates" in table
     # best median dev score first
     first, second = ("| label_smoothing_0.2 |", "| mini |")[::1 if record["dev_sacrebleu"] >= 1.5
                                                              else -1]
