@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -291,6 +292,97 @@ def test_a_run_folder_resumes_with_its_own_model(monkeypatch, tmp_path, bf16_cpu
         FLAGS(["quickstart", f"--model_dir={run_dir}", f"--vocab_size={vocab_size}"])
         line = quickstart.choose_recipe()
         assert FLAGS.vocab_size == vocab_size and "resumes" not in line, line
+
+
+@pytest.mark.parametrize("bf16_cpu, seconds", [(True, 0.17), (False, 0.7)])
+def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_path, bf16_cpu,
+                                                              seconds):
+    """A machine of each kind, faked (its bfloat16 matrix units and its seconds per update): a new
+    run on a time budget times its own model in its kind's precision and width, and the
+    warm-up follows the updates the budget buys; the line says which and why. The timing leaves
+    the random state as it found it."""
+    import random
+
+    import tensorflow as tf
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer.training import speed, strategy
+    from trainers import quickstart, training_flags
+
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
+    timed = []
+
+    def seconds_per_update_of_run(data_config, preset, overrides, precision):
+        timed.append((data_config, preset, overrides, precision))
+        tf.random.uniform([3]), random.random()  # as building and training a model does
+        return seconds
+
+    monkeypatch.setattr(speed, "seconds_per_update_of_run", seconds_per_update_of_run)
+    FLAGS = flags.FLAGS
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}", "--train_minutes=20"])
+        quickstart.choose_recipe()
+        training_flags.seed()
+        first_draw = tf.random.uniform([3]).numpy(), random.random()
+        training_flags.seed()
+        line = quickstart.choose_warmup("the data config")
+        assert np.array_equal(tf.random.uniform([3]).numpy(), first_draw[0])
+        assert random.random() == first_draw[1]
+        updates = int(20 * 60 / seconds)
+        warmup = 500 if updates < 2400 else 1000
+        assert (updates < 2400) == (not bf16_cpu)  # the kinds' speeds, faked, fall either side
+        assert FLAGS.warmup_steps == warmup, line
+        assert line.startswith(f"warm-up: {warmup:,} updates, for a run of about {updates:,} "
+                               f"updates (--train_minutes=20 at {seconds:.3f} s per update, as "
+                               "timed here)"), line
+        data_config, preset, overrides, precision = timed[0]
+        assert (data_config, preset) == ("the data config", "mini")
+        assert precision == ("bfloat16" if bf16_cpu else "float32")
+        assert {k: overrides.get(k) for k in ("d_model", "d_ff")} == (
+            {"d_model": 192, "d_ff": 768} if bf16_cpu else {"d_model": None, "d_ff": None})
+
+
+def test_the_warmup_without_timing(monkeypatch, tmp_path):
+    """Updates given by --train_steps decide without a timing, on either side of the boundary; a
+    given --warmup_steps is kept; a resumed run keeps the warm-up it was trained with (its
+    schedule goes on), until --overwrite starts a new one."""
+    import tensorflow as tf
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer import runs
+    from keras_transformer.training import speed
+    from trainers import quickstart
+
+    def seconds_per_update_of_run(*args):
+        timed.append(args)
+        return 0.1
+
+    timed = []
+    monkeypatch.setattr(speed, "seconds_per_update_of_run", seconds_per_update_of_run)
+    run_dir = tmp_path / "run"
+    FLAGS = flags.FLAGS
+    for steps, warmup in ((1874, 500), (2399, 500), (2400, 1000), (2437, 1000)):
+        with flagsaver.flagsaver():
+            FLAGS(["quickstart", f"--model_dir={run_dir}", f"--train_steps={steps}"])
+            line = quickstart.choose_warmup(None)
+            assert FLAGS.warmup_steps == warmup and f"(--train_steps={steps})" in line, line
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}", "--warmup_steps=300"])
+        assert quickstart.choose_warmup(None) == "warm-up: 300 updates, as --warmup_steps says"
+        assert FLAGS.warmup_steps == 300
+    assert not timed
+    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"training": {"warmup_steps": 777}})
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(run_dir), 1).save()
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}"])
+        line = quickstart.choose_warmup(None)
+        assert FLAGS.warmup_steps == 777 and "the run in" in line and not timed, line
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={run_dir}", "--overwrite"])
+        quickstart.choose_warmup(None)
+        assert FLAGS.warmup_steps == 1000 and len(timed) == 1
 
 
 def test_learning_curve_of_the_run(smoke):

@@ -10,7 +10,8 @@ Six stages, each announced as it starts:
    libreoffice-help-en-us and libreoffice-help-de, see ``trainers/setup.sh``) and its shared
    subword vocabulary (``keras_transformer.data``);
 2. train: the training run of ``python -m trainers.wmt`` (``keras_transformer.training.run``, in
-   this process) on the ``mini`` preset for --train_minutes, with a recipe sized for that budget;
+   this process) on the ``mini`` preset for --train_minutes, with a recipe sized for that budget:
+   a few updates are timed first, and the warm-up follows the updates the budget will buy;
 3. average: the last --average_last checkpoints, averaged by the trainer (section 6.1); with
    --ema_decay also the moving average of the weights, and of the two the one with the higher
    BLEU on the whole dev split is used;
@@ -33,6 +34,7 @@ Every flag of ``python -m trainers.wmt`` works here too (``--preset``, ``--dropo
 ``python -m trainers.wmt`` with its own defaults (see the README).
 """
 
+import dataclasses
 import json
 import os
 import shlex
@@ -75,10 +77,25 @@ QUICKSTART_DEFAULTS = dict(
 # Applied when neither --preset nor the width is given: precision -> (its name, the flags it sets).
 KIND_RECIPES = {"bfloat16": ("the bf16 kind's recipe", dict(d_model=192, d_ff=768)),
                 "float32": ("the float32 kind's recipe", {})}
+# The warm-up by the updates the run will make: below SHORT_WARMUP_BELOW updates, SHORT_WARMUP
+# instead of the default's. At a slow CPU's budget the shorter warm-up won on dev (two seeds,
+# benchmarks/results/recipe_avx2_zen1/README.md); at the sweep's larger budgets of both kinds
+# the default's led it (rows warmup_500 and warmup_1000 of benchmarks/results/recipe.md). The
+# boundary lies between those budgets, below the AVX2 kind's updates in the sweep, so that its
+# rows keep the warm-up they were measured with; where exactly the two cross was not measured.
+# A budget in minutes is estimated from timed updates alone, more than the run makes beside its
+# dev evaluations and checkpoints; the boundary sits above the estimate at that slow CPU's
+# budget (the same README).
+SHORT_WARMUP, SHORT_WARMUP_BELOW = 500, 2400
 for _name, _value in QUICKSTART_DEFAULTS.items():
     console.set_program_default(_name, _value)
 console.set_program_default("keep_checkpoints", QUICKSTART_DEFAULTS["average_last"],
                             "Not given: as many as --average_last (at least 1).")
+console.set_program_default(
+    "warmup_steps", QUICKSTART_DEFAULTS["warmup_steps"],
+    f"Not given: {SHORT_WARMUP} for a new run of fewer than {SHORT_WARMUP_BELOW:,} updates "
+    "(--train_steps, or estimated from a few updates timed at the start); a resumed run keeps "
+    "its own.")
 flags.DEFINE_alias("work_dir", "model_dir")  # the name of earlier versions
 
 flags.DEFINE_enum("eval_split", "test", ["dev", "test"],
@@ -156,9 +173,42 @@ def choose_recipe():
             + "; benchmarks/results/recipe.md has the rows behind it")
 
 
-def resumed_model():
-    """The TransformerConfig of the run this command resumes (--model_dir holds its config.json
-    and a checkpoint, and --overwrite is not given), or None."""
+def choose_warmup(data_config):
+    """Sets --warmup_steps for the updates this run will make, unless given or the run resumes
+    (then its own); returns the line that says which and why. A new run on a time budget (no
+    --train_steps) times a few updates of its model first (``training.speed``)."""
+    from keras_transformer.training import resolve_precision, speed
+
+    if FLAGS["warmup_steps"].present:
+        return f"warm-up: {FLAGS.warmup_steps:,} updates, as --warmup_steps says"
+    resumed = (resumed_training() or {}).get("warmup_steps")
+    if isinstance(resumed, int) and resumed > 0:
+        FLAGS.warmup_steps = resumed
+        return (f"warm-up: {FLAGS.warmup_steps:,} updates, the one the run in {FLAGS.model_dir} "
+                "was trained with")
+    if FLAGS.train_steps:
+        updates, why = FLAGS.train_steps, f"--train_steps={FLAGS.train_steps}"
+    else:
+        say(f"timing {speed.UNTIMED + speed.TIMED} updates of the model to size the recipe to "
+            f"--train_minutes={FLAGS.train_minutes:g} ...")
+        seconds = speed.seconds_per_update_of_run(
+            data_config, FLAGS.preset, model_flags.overrides(),
+            resolve_precision(FLAGS.mixed_precision))
+        training_flags.seed()  # the run starts from the weights it would have without the timing
+        updates = int(FLAGS.train_minutes * 60 / seconds)
+        why = (f"--train_minutes={FLAGS.train_minutes:g} at {seconds:.3f} s per update, as "
+               f"timed here")
+    FLAGS.warmup_steps = SHORT_WARMUP if updates < SHORT_WARMUP_BELOW else QUICKSTART_DEFAULTS[
+        "warmup_steps"]
+    return (f"warm-up: {FLAGS.warmup_steps:,} updates, for a run of about {updates:,} updates "
+            f"({why}); {SHORT_WARMUP:,} below {SHORT_WARMUP_BELOW:,} updates, "
+            f"{QUICKSTART_DEFAULTS['warmup_steps']:,} from there on "
+            "(benchmarks/results/recipe_avx2_zen1/README.md)")
+
+
+def resumed_run():
+    """The config.json (a dict) of the run this command resumes (--model_dir holds it and a
+    checkpoint, and --overwrite is not given), or None."""
     import tensorflow as tf
 
     from keras_transformer import runs
@@ -166,9 +216,27 @@ def resumed_model():
     if FLAGS.overwrite or not tf.train.latest_checkpoint(FLAGS.model_dir):
         return None
     try:
-        return runs.model_config(runs.read_config(FLAGS.model_dir))
-    except (ValueError, TypeError):
+        return runs.read_config(FLAGS.model_dir)
+    except ValueError:
         return None  # not a run of ours: the trainer's own checks name what is wrong
+
+
+def resumed_model():
+    """The TransformerConfig of the run this command resumes, or None."""
+    from keras_transformer import runs
+
+    run = resumed_run()
+    try:
+        return run and runs.model_config(run)
+    except (ValueError, TypeError):
+        return None
+
+
+def resumed_training():
+    """The training config (a dict) of the run this command resumes, or None."""
+    run = resumed_run()
+    return run.get("training") if isinstance(run, dict) and isinstance(
+        run.get("training"), dict) else None
 
 
 def flag_text(values):
@@ -256,6 +324,11 @@ def stage_train(data_config, training_config, strategy):
     if FLAGS.overwrite and os.path.isdir(FLAGS.model_dir):
         shutil.rmtree(FLAGS.model_dir)
         say(f"--overwrite: deleted {FLAGS.model_dir}")
+    try:
+        say(choose_warmup(data_config))
+    except (ValueError, OSError) as error:
+        fail("train", str(error))
+    training_config = dataclasses.replace(training_config, warmup_steps=FLAGS.warmup_steps)
     say("the same training alone: " + " ".join(training_command(training_config)))
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     log_path = os.path.join(FLAGS.model_dir, runs.TRAIN_LOG)

@@ -188,13 +188,20 @@ def make_strategy():
         strategy = make(FLAGS.strategy, FLAGS.num_cpu_devices)
     except ValueError as error:
         raise app.UsageError(f"--strategy={FLAGS.strategy}: {error}") from None
-    import keras
     import tensorflow as tf
 
-    keras.utils.set_random_seed(FLAGS.seed)
+    seed()
     if FLAGS.deterministic:
         tf.config.experimental.enable_op_determinism()
     return strategy
+
+
+def seed():
+    """Seeds Python, NumPy, TensorFlow and Keras with --seed (again: what ran since, e.g. a timing
+    of the model, does not change the run's weights and dropout)."""
+    import keras
+
+    keras.utils.set_random_seed(FLAGS.seed)
 
 
 def train(data_config, config, strategy, log=print) -> dict:

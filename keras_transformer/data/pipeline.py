@@ -203,9 +203,11 @@ def make_dataset(
     *,
     training: bool = False,
     repeat: bool = False,
+    read_in_part: bool = False,
 ) -> tf.data.Dataset:
     """Batches of ``split`` for one device; ``training`` shuffles (seeded by ``config.seed``)
-    and samples subwords (``config.subword_sampling``)."""
+    and samples subwords (``config.subword_sampling``). ``read_in_part``: the caller takes only
+    the first batches, so the tokenized pairs are not cached (see ``caches_tokens``)."""
     if repeat:
         check_not_empty(config, tokenizer, split)
     return batching.make_batches(
@@ -215,7 +217,7 @@ def make_dataset(
         shuffle_buffer=20000 if training else 0,
         seed=config.seed,
         repeat=repeat,
-        cache_tokens=caches_tokens(config, training),
+        cache_tokens=caches_tokens(config, training) and not read_in_part,
     )
 
 

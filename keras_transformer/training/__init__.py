@@ -13,6 +13,7 @@ _MODULES = {
     "loss": ("LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy", "loss_accuracy_and_nll",
              "loss_and_accuracy", "projected_loss_and_accuracy", "token_accuracy_counts"),
     "schedule": ("TransformerSchedule", "paper_optimizer"),
+    "speed": ("seconds_per_update", "seconds_per_update_of_run"),
     "step": ("TrainStep",),
     "strategy": ("PRECISIONS", "STRATEGIES", "bfloat16_cpu", "configure_cpu_devices", "is_chief",
                  "make_strategy", "resolve_precision", "tf_config", "worker_count"),

@@ -1,0 +1,58 @@
+"""How long one update of a model takes on this machine, measured before training.
+
+A recipe sized to a time budget needs the number of updates the budget will buy, which only
+this machine can tell: a fresh copy of the model takes a few updates on real training batches,
+untimed until each of their shapes is compiled, then timed. The copy (weights, optimizer) is
+thrown away; the training run builds its own.
+"""
+
+import time
+from typing import Optional
+
+# Updates timed after the untimed ones: enough that one slow batch does not decide.
+TIMED = 9
+# Untimed updates first: the step's tf.function traces each new batch shape until it relaxes
+# them into one graph (``reduce_retracing``), and a trace is no update's cost.
+UNTIMED = 3
+
+
+def seconds_per_update(model_config, batches, mixed_precision: str = "float32") -> float:
+    """Seconds per update of a fresh model of ``model_config`` trained in ``mixed_precision``
+    with the paper's optimizer, one update per batch of ``batches`` (a list of at least
+    ``UNTIMED + 1`` training batches, as ``data.make_dataset`` yields them): the mean over the
+    batches after the first ``UNTIMED``, waiting for the last."""
+    from keras_transformer.training.schedule import paper_optimizer
+    from keras_transformer.training.step import TrainStep
+    from keras_transformer.weights import build_model
+
+    batches = list(batches)
+    if len(batches) <= UNTIMED:
+        raise ValueError(f"seconds_per_update needs more than {UNTIMED} batches, got "
+                         f"{len(batches)}.")
+    model = build_model(model_config, mixed_precision)
+    optimizer = paper_optimizer(model_config.d_model)
+    optimizer.build(model.trainable_variables)
+    step = TrainStep(model, optimizer, label_smoothing=model_config.label_smoothing,
+                     pad_id=model_config.pad_id)
+    for batch in batches[:UNTIMED]:
+        float(step.step_on_batches((batch,))["loss_sum"])
+    timed = batches[UNTIMED:]
+    started = time.perf_counter()
+    sums = [step.step_on_batches((batch,)) for batch in timed]
+    float(sums[-1]["loss_sum"])
+    return (time.perf_counter() - started) / len(timed)
+
+
+def seconds_per_update_of_run(data_config, preset: str, model_overrides: Optional[dict] = None,
+                              mixed_precision: str = "float32", updates: int = TIMED) -> float:
+    """``seconds_per_update`` of the model ``training.run.train_run`` would build from the same
+    arguments, on its first training batches (the vocabulary is learned if missing)."""
+    from keras_transformer import data
+    from keras_transformer.config import TransformerConfig
+
+    tokenizer, _ = data.load_or_learn_tokenizer(data_config)
+    model_config = TransformerConfig.from_preset(preset, vocab_size=tokenizer.vocab_size,
+                                                 **(model_overrides or {}))
+    dataset = data.make_dataset(data_config, tokenizer, "train", training=True, repeat=True,
+                                read_in_part=True)
+    return seconds_per_update(model_config, dataset.take(UNTIMED + updates), mixed_precision)
