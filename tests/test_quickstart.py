@@ -195,9 +195,10 @@ def test_report_puts_the_floors_and_a_verdict_beside_the_model(smoke):
 
 
 @pytest.mark.parametrize("bf16_cpu", [True, False])
-def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, bf16_cpu):
+def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, tmp_path, bf16_cpu):
     """A machine of each kind, faked (the CPU's bfloat16 matrix units, no GPU here): auto precision
-    picks the kind's recipe from KIND_RECIPES; given flags win over it."""
+    picks the kind's recipe from KIND_RECIPES; given flags win over it. (In a folder of its own:
+    the default --model_dir may hold the user's own main job, which resumes with its model.)"""
     from absl import flags
     from absl.testing import flagsaver
 
@@ -212,7 +213,7 @@ def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, 
     expected = {"d_model": None, "d_ff": None, **changes}
     FLAGS = flags.FLAGS
     with flagsaver.flagsaver():
-        FLAGS(["quickstart"])
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}"])
         line = quickstart.choose_recipe()
         assert {flag: FLAGS[flag].value for flag in expected} == expected
         assert line.startswith(f"recipe: {name}: preset mini"), line
@@ -220,13 +221,14 @@ def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, 
                 "trains in float32 here (no AVX512-BF16 or AMX on this CPU)") in line, line
     # a width or a preset on the command line is kept, and the line says so
     with flagsaver.flagsaver():
-        FLAGS(["quickstart", "--d_model=256"])
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}", "--d_model=256"])
         line = quickstart.choose_recipe()
         assert FLAGS.d_model == 256 and FLAGS.d_ff is None
         assert ("but --d_model is given" in line) == bf16_cpu, line
     # float32 asked for on either kind: the float32 kind's recipe
     with flagsaver.flagsaver():
-        FLAGS(["quickstart", "--mixed_precision=float32"])
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}",
+               "--mixed_precision=float32"])
         line = quickstart.choose_recipe()
         assert FLAGS.d_model is None and line.startswith("recipe: the float32 kind's recipe")
 
