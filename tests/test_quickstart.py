@@ -315,8 +315,8 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
     monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
     timed = []
 
-    def seconds_per_update_of_run(data_config, preset, overrides, precision):
-        timed.append((data_config, preset, overrides, precision))
+    def seconds_per_update_of_run(data_config, preset, overrides, precision, jit_compile):
+        timed.append((data_config, preset, overrides, precision, jit_compile))
         tf.random.uniform([3]), random.random()  # as building and training a model does
         return seconds
 
@@ -336,13 +336,34 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
         assert (updates < 2400) == (not bf16_cpu)  # the kinds' speeds, faked, fall either side
         assert FLAGS.warmup_steps == warmup, line
         assert line.startswith(f"warm-up: {warmup:,} updates, for a run of about {updates:,} "
-                               f"updates (--train_minutes=20 at {seconds:.3f} s per update, as "
+                               f"updates (--train_minutes=20 at {seconds:.3g} s per update, as "
                                "timed here)"), line
-        data_config, preset, overrides, precision = timed[0]
-        assert (data_config, preset) == ("the data config", "mini")
+        data_config, preset, overrides, precision, jit_compile = timed[0]
+        assert (data_config, preset, jit_compile) == ("the data config", "mini", False)
         assert precision == ("bfloat16" if bf16_cpu else "float32")
         assert {k: overrides.get(k) for k in ("d_model", "d_ff")} == (
             {"d_model": 192, "d_ff": 768} if bf16_cpu else {"d_model": None, "d_ff": None})
+
+
+def test_a_run_on_a_time_budget_times_itself_and_trains_with_the_warmup_it_announces(tmp_path):
+    """The timing for real, in the command: its line gives the seconds per update and the updates
+    they make of the minutes, and the trainer's config records the warm-up the line names."""
+    flags_ = [flag for flag in small_run_flags(tmp_path, corpus(tmp_path))
+              if not flag.startswith("--train_steps")]
+    code, stdout, stderr = run(*flags_, "--train_steps=0", "--train_minutes=0.05")
+    assert code == 0, stdout[-3000:] + stderr[-3000:]
+    assert "timing 12 updates of the model to size the recipe to --train_minutes=0.05" in stdout
+    found = re.search(r"^warm-up: (\d+) updates, for a run of about ([\d,]+) updates "
+                      r"\(--train_minutes=0.05 at ([\d.]+) s per update, as timed here\)", stdout,
+                      re.M)
+    assert found, stdout[:3000]
+    warmup, updates, seconds = int(found[1]), int(found[2].replace(",", "")), float(found[3])
+    # (the seconds shown to 3 significant digits)
+    assert 0 < seconds < 3 and abs(updates - 3 / seconds) <= 1 + 0.01 * updates
+    assert warmup == (500 if updates < 2400 else 1000)
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["training"]["warmup_steps"] == warmup
+    assert f"--warmup_steps={warmup}" in stdout  # the same training alone
 
 
 def test_the_warmup_without_timing(monkeypatch, tmp_path):

@@ -61,17 +61,18 @@ def test_the_run_is_timed_on_its_own_model_and_first_training_batches(monkeypatc
                              vocab_size=320, token_budget=64, max_length=16)
     measured = {}
 
-    def seconds_per_update(model_config, timed, mixed_precision):
-        measured.update(config=model_config, batches=list(timed), precision=mixed_precision)
+    def seconds_per_update(model_config, timed, mixed_precision, jit_compile):
+        measured.update(config=model_config, batches=list(timed), precision=mixed_precision,
+                        jit_compile=jit_compile)
         return 0.25
 
     monkeypatch.setattr(speed, "seconds_per_update", seconds_per_update)
     assert speed.seconds_per_update_of_run(config, "tiny", {"d_model": 48, "num_heads": 2},
-                                           "bfloat16") == 0.25
+                                           "bfloat16", jit_compile=True) == 0.25
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     assert measured["config"] == TransformerConfig.from_preset(
         "tiny", vocab_size=tokenizer.vocab_size, d_model=48, num_heads=2)
-    assert measured["precision"] == "bfloat16"
+    assert (measured["precision"], measured["jit_compile"]) == ("bfloat16", True)
     # the training pipeline's first batches (shuffled with the run's seed), as many as timed
     expected = list(data.make_dataset(config, tokenizer, "train", training=True, repeat=True)
                     .take(speed.UNTIMED + speed.TIMED))

@@ -193,10 +193,10 @@ def choose_warmup(data_config):
             f"--train_minutes={FLAGS.train_minutes:g} ...")
         seconds = speed.seconds_per_update_of_run(
             data_config, FLAGS.preset, model_flags.overrides(),
-            resolve_precision(FLAGS.mixed_precision))
+            resolve_precision(FLAGS.mixed_precision), FLAGS.xla)
         training_flags.seed()  # the run starts from the weights it would have without the timing
         updates = int(FLAGS.train_minutes * 60 / seconds)
-        why = (f"--train_minutes={FLAGS.train_minutes:g} at {seconds:.3f} s per update, as "
+        why = (f"--train_minutes={FLAGS.train_minutes:g} at {seconds:.3g} s per update, as "
                f"timed here")
     FLAGS.warmup_steps = SHORT_WARMUP if updates < SHORT_WARMUP_BELOW else QUICKSTART_DEFAULTS[
         "warmup_steps"]

@@ -16,9 +16,11 @@ TIMED = 9
 UNTIMED = 3
 
 
-def seconds_per_update(model_config, batches, mixed_precision: str = "float32") -> float:
+def seconds_per_update(model_config, batches, mixed_precision: str = "float32",
+                       jit_compile: bool = False) -> float:
     """Seconds per update of a fresh model of ``model_config`` trained in ``mixed_precision``
-    with the paper's optimizer, one update per batch of ``batches`` (a list of at least
+    (the forward and backward pass compiled with XLA if ``jit_compile``) with the paper's
+    optimizer, one update per batch of ``batches`` (a list of at least
     ``UNTIMED + 1`` training batches, as ``data.make_dataset`` yields them): the mean over the
     batches after the first ``UNTIMED``, waiting for the last."""
     from keras_transformer.training.schedule import paper_optimizer
@@ -33,7 +35,7 @@ def seconds_per_update(model_config, batches, mixed_precision: str = "float32") 
     optimizer = paper_optimizer(model_config.d_model)
     optimizer.build(model.trainable_variables)
     step = TrainStep(model, optimizer, label_smoothing=model_config.label_smoothing,
-                     pad_id=model_config.pad_id)
+                     pad_id=model_config.pad_id, jit_compile=jit_compile)
     for batch in batches[:UNTIMED]:
         float(step.step_on_batches((batch,))["loss_sum"])
     timed = batches[UNTIMED:]
@@ -44,7 +46,8 @@ def seconds_per_update(model_config, batches, mixed_precision: str = "float32") 
 
 
 def seconds_per_update_of_run(data_config, preset: str, model_overrides: Optional[dict] = None,
-                              mixed_precision: str = "float32", updates: int = TIMED) -> float:
+                              mixed_precision: str = "float32", jit_compile: bool = False,
+                              updates: int = TIMED) -> float:
     """``seconds_per_update`` of the model ``training.run.train_run`` would build from the same
     arguments, on its first training batches (the vocabulary is learned if missing)."""
     from keras_transformer import data
@@ -55,4 +58,5 @@ def seconds_per_update_of_run(data_config, preset: str, model_overrides: Optiona
                                                  **(model_overrides or {}))
     dataset = data.make_dataset(data_config, tokenizer, "train", training=True, repeat=True,
                                 read_in_part=True)
-    return seconds_per_update(model_config, dataset.take(UNTIMED + updates), mixed_precision)
+    return seconds_per_update(model_config, dataset.take(UNTIMED + updates), mixed_precision,
+                              jit_compile)
