@@ -181,7 +181,9 @@ def choose_warmup(data_config):
 
     if FLAGS["warmup_steps"].present:
         return f"warm-up: {FLAGS.warmup_steps:,} updates, as --warmup_steps says"
-    resumed = (resumed_training() or {}).get("warmup_steps")
+    run = resumed_run()
+    training = run.get("training") if isinstance(run, dict) else None
+    resumed = training.get("warmup_steps") if isinstance(training, dict) else None
     if isinstance(resumed, int) and resumed > 0:
         FLAGS.warmup_steps = resumed
         return (f"warm-up: {FLAGS.warmup_steps:,} updates, the one the run in {FLAGS.model_dir} "
@@ -230,13 +232,6 @@ def resumed_model():
         return run and runs.model_config(run)
     except (ValueError, TypeError):
         return None
-
-
-def resumed_training():
-    """The training config (a dict) of the run this command resumes, or None."""
-    run = resumed_run()
-    return run.get("training") if isinstance(run, dict) and isinstance(
-        run.get("training"), dict) else None
 
 
 def flag_text(values):
