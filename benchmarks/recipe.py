@@ -11,7 +11,9 @@ sweep's baseline (``BASELINE``: the quickstart's defaults when the sweep began),
 process, one after another (two at once would share the cores).
 It trains for the number of updates the kind makes in 20 minutes (``KINDS``), in the kind's
 precision: a step limit, so a busy machine or another CPU kind gives the same model (the AVX2 kind
-is emulated on an AVX-512 machine this way, the bf16 kind on an AVX2 one). Checkpoints are saved
+is emulated on an AVX-512 machine this way, the bf16 kind on an AVX2 one; where bfloat16 is slow,
+as on an AVX2 CPU, ``--extra_flags=--mixed_precision=float32`` trains the bf16 kind's updates in
+float32, and the table says so). Checkpoints are saved
 every 1/40 of the updates (the quickstart's 30 s of 20 minutes), by steps for the same reason. A
 row that changes the cost of a step (model size, batch, vocabulary, length) makes a different
 number of updates in 20 minutes: mini's updates on the kind times mini's seconds per update over
@@ -51,7 +53,7 @@ from absl import flags
 
 from benchmarks import common
 # the rows' model, corpus and search flags parse here
-from trainers import data_flags, decoding_flags, model_flags  # noqa: F401
+from trainers import data_flags, decoding_flags, model_flags, training_flags  # noqa: F401
 
 # The main job's updates in 20 minutes with the quickstart's defaults, per CPU kind, and the
 # precision --mixed_precision=auto picks there (docs/results.md, "The main job").
@@ -387,13 +389,17 @@ def table(records):
              "same dev sentences. Test is never scored here."]
     for (kind, baseline, extra, _), rows in sorted(groups.items()):
         first = next(iter(rows.values()))[0]
-        given = {r.get("updates_from", "").startswith("given") for g in rows.values() for r in g}
-        scaled = (f"mini's {KINDS[kind]['updates']:,}, scaled by the timed step costs for rows that "
-                  "change them")
-        how = (f"emulated by updates in {KINDS[kind]['precision']}: "
-               + ("the updates given with --row_updates" if given == {True} else
-                  scaled + ("; some rows' updates given with --row_updates" if True in given else ""))
-               if first["emulated"] else "20 minutes of wall clock")
+        how = "20 minutes of wall clock"
+        if first["emulated"]:
+            given = {r.get("updates_from", "").startswith("given") for g in rows.values() for r in g}
+            # --extra_flags may train a kind's updates in another precision than the kind's own
+            precision = flag_values(extra, ["mixed_precision"]).get("mixed_precision",
+                                                                       KINDS[kind]["precision"])
+            how = f"emulated by updates in {precision}: " + (
+                "the updates given with --row_updates" if given == {True} else
+                f"mini's {KINDS[kind]['updates']:,}, scaled by the timed step costs for rows that "
+                "change them" + ("; some rows' updates given with --row_updates" if True in given
+                                 else ""))
         lines += ["", f"## {first['kind_label']} ({how}; machine: {first['machine']['cpu']}), "
                   f"rows on the quickstart's defaults with `{' '.join(filter(None, (baseline, extra)))}`",
                   ""]

@@ -279,3 +279,35 @@ print(json.dumps(widths))
     assert json.loads(result.stdout.splitlines()[-1]) == {
         "heads_8": ["mini", None, None], "warmup_1000": ["mini", None, None],
         "d_model_256": ["mini", 256, 1024]}
+
+
+def test_the_table_names_the_precision_rows_trained_in_and_a_wall_clock_row_its_cpu():
+    """A kind's updates trained in another precision (the bf16 kind on an AVX2 CPU, where bfloat16
+    is slow: --extra_flags=--mixed_precision=float32) get a table of their own whose heading says
+    float32, not the kind's bfloat16; rows of 20 minutes here (--kind=here) are headed by their CPU."""
+    code = """
+from absl import flags
+from benchmarks import recipe
+flags.FLAGS(["recipe"])
+row = {"row": "max_length_48", "flags": "--max_length=48", "asks": "max length", "seed": 1,
+       "kind": "bf16", "kind_label": "AVX-512 + AVX512-BF16", "emulated": True,
+       "updates_from": "given (--row_updates)", "baseline": recipe.BASELINE, "extra_flags": "",
+       "updates": 7, "dev_sacrebleu": 1.0, "final_dev_loss": 3.0, "machine": {"cpu": "Xeon"},
+       "floors": {"copy": {"sacrebleu": 0.5}, "translation_memory": {"sacrebleu": 0.7}}}
+print(recipe.table([row, {**row, "extra_flags": "--mixed_precision=float32", "machine": {"cpu": "EPYC"}},
+                    {**row, "kind": "here", "kind_label": "EPYC", "emulated": False,
+                     "machine": {"cpu": "EPYC"}}]))
+"""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    headings = [line for line in result.stdout.splitlines() if line.startswith("## ")]
+    assert len(headings) == 3, result.stdout
+    bf16, = [h for h in headings if "machine: Xeon" in h]
+    float32, = [h for h in headings if "--mixed_precision=float32`" in h]
+    here, = [h for h in headings if h.startswith("## EPYC")]
+    assert "emulated by updates in bfloat16: the updates given with --row_updates" in bf16
+    assert "emulated by updates in float32: the updates given with --row_updates" in float32
+    assert "machine: EPYC" in float32
+    assert "(20 minutes of wall clock; machine: EPYC)" in here
