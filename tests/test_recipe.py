@@ -122,11 +122,11 @@ print(json.dumps(recipe.flag_values(
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    # typed, a negated boolean, the preset; flags the cost does not depend on (or this program's
-    # own, given on its command line) are left out
+    # typed, a negated boolean, the preset; flags not asked for (--beam_size), not given
+    # (--num_layers) or this program's own, given on its command line (--kind), are left out
     assert json.loads(result.stdout.splitlines()[-1]) == {
-        "d_model": 192, "norm_first": False, "dropout_rate": 0.2, "vocab_size": 4000,
-        "preset": "small"}
+        "d_model": 192, "norm_first": False, "dropout_rate": 0.2, "warmup_steps": 9,
+        "vocab_size": 4000, "preset": "small"}
 
 
 def test_step_costs_timed_alone_are_recorded_and_used_by_later_sweeps_of_the_same_settings(
