@@ -144,26 +144,12 @@ def train_step(preset, precision, vocab_size, xla=False, overrides=None):
     import keras
 
     import keras_transformer as kt
-    from keras_transformer.training import TrainStep, paper_optimizer
-    from keras_transformer.weights import build_model
+    from keras_transformer.training import speed
 
     keras.utils.set_random_seed(0)
     config = kt.TransformerConfig.from_preset(preset, vocab_size=vocab_size, max_length=256,
                                               **(overrides or {}))
-    model = build_model(config, precision)
-    optimizer = paper_optimizer(config.d_model)
-    optimizer.build(model.trainable_variables)
-    step = TrainStep(model, optimizer, label_smoothing=config.label_smoothing, jit_compile=xla)
-    return config, model, step
-
-
-def timed_pass(step, batches):
-    """(seconds per update, the updates' sums) of one pass of ``step`` over ``batches``, one update
-    per batch, waiting for the last."""
-    started = time.perf_counter()
-    sums = [step.step_on_batches((batch,)) for batch in batches]
-    float(sums[-1]["loss_sum"])
-    return (time.perf_counter() - started) / len(batches), sums
+    return (config, *speed.fresh_train_step(config, precision, xla))
 
 
 def parameter_counts(model):

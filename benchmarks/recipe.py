@@ -188,6 +188,7 @@ def step_costs(names, precision):
 
     import keras_transformer as kt
     from keras_transformer import data
+    from keras_transformer.training import speed
 
     corpus_fields = {field.name for field in dataclasses.fields(data.DataConfig)}
     # the vocabulary's size and the length limit are the corpus' (the model's follow from it)
@@ -211,7 +212,7 @@ def step_costs(names, precision):
     passes = {name: [] for name in names}
     for _ in range(3):
         for name, (step, batches) in steps.items():
-            passes[name].append(common.timed_pass(step, batches)[0])
+            passes[name].append(speed.timed_pass(step, batches)[0])
     return {name: statistics.median(times) for name, times in passes.items()}
 
 

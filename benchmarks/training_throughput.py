@@ -79,6 +79,8 @@ COLUMNS = ["preset", "precision", "XLA", "real tokens/step (src+tgt)", "padding"
 def measure(preset, precision, xla, vocab_size, batches, runs, overrides=None):
     """One configuration's row: a first pass over ``batches`` (tracing), then ``runs`` timed
     passes of one update per batch."""
+    from keras_transformer.training import speed
+
     with common.PeakMemory() as memory:
         config, model, step = common.train_step(preset, precision, vocab_size, xla, overrides)
         started = time.perf_counter()
@@ -87,7 +89,7 @@ def measure(preset, precision, xla, vocab_size, batches, runs, overrides=None):
         first_pass = time.perf_counter() - started
         passes = []
         for _ in range(runs):
-            seconds, sums = common.timed_pass(step, batches)
+            seconds, sums = speed.timed_pass(step, batches)
             passes.append(seconds)
     source = sum(float(s["source_tokens"]) for s in sums) / len(batches)
     target = sum(float(s["target_tokens"]) for s in sums) / len(batches)

@@ -16,33 +16,43 @@ TIMED = 9
 UNTIMED = 3
 
 
-def seconds_per_update(model_config, batches, mixed_precision: str = "float32",
-                       jit_compile: bool = False) -> float:
-    """Seconds per update of a fresh model of ``model_config`` trained in ``mixed_precision``
-    (the forward and backward pass compiled with XLA if ``jit_compile``) with the paper's
-    optimizer, one update per batch of ``batches`` (a list of at least
-    ``UNTIMED + 1`` training batches, as ``data.make_dataset`` yields them): the mean over the
-    batches after the first ``UNTIMED``, waiting for the last."""
+def fresh_train_step(model_config, mixed_precision: str = "float32", jit_compile: bool = False):
+    """(model, the trainer's ``TrainStep`` on it with the paper's optimizer) of a fresh model of
+    ``model_config`` in ``mixed_precision``, the forward and backward pass compiled with XLA if
+    ``jit_compile``: what a training run updates, without its data, checkpoints or logs."""
     from keras_transformer.training.schedule import paper_optimizer
     from keras_transformer.training.step import TrainStep
     from keras_transformer.weights import build_model
 
-    batches = list(batches)
-    if len(batches) <= UNTIMED:
-        raise ValueError(f"seconds_per_update needs more than {UNTIMED} batches, got "
-                         f"{len(batches)}.")
     model = build_model(model_config, mixed_precision)
     optimizer = paper_optimizer(model_config.d_model)
     optimizer.build(model.trainable_variables)
     step = TrainStep(model, optimizer, label_smoothing=model_config.label_smoothing,
                      pad_id=model_config.pad_id, jit_compile=jit_compile)
-    for batch in batches[:UNTIMED]:
-        float(step.step_on_batches((batch,))["loss_sum"])
-    timed = batches[UNTIMED:]
+    return model, step
+
+
+def timed_pass(step, batches):
+    """(seconds per update, the updates' sums) of one pass of ``step`` over ``batches``, one update
+    per batch, waiting for the last."""
     started = time.perf_counter()
-    sums = [step.step_on_batches((batch,)) for batch in timed]
+    sums = [step.step_on_batches((batch,)) for batch in batches]
     float(sums[-1]["loss_sum"])
-    return (time.perf_counter() - started) / len(timed)
+    return (time.perf_counter() - started) / len(batches), sums
+
+
+def seconds_per_update(model_config, batches, mixed_precision: str = "float32",
+                       jit_compile: bool = False) -> float:
+    """Seconds per update of a fresh model of ``model_config`` (``fresh_train_step``), one update
+    per batch of ``batches`` (a list of at least ``UNTIMED + 1`` training batches, as
+    ``data.make_dataset`` yields them): the mean over the batches after the first ``UNTIMED``."""
+    batches = list(batches)
+    if len(batches) <= UNTIMED:
+        raise ValueError(f"seconds_per_update needs more than {UNTIMED} batches, got "
+                         f"{len(batches)}.")
+    _, step = fresh_train_step(model_config, mixed_precision, jit_compile)
+    timed_pass(step, batches[:UNTIMED])
+    return timed_pass(step, batches[UNTIMED:])[0]
 
 
 def seconds_per_update_of_run(data_config, preset: str, model_overrides: Optional[dict] = None,
