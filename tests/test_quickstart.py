@@ -296,13 +296,15 @@ def test_a_run_folder_resumes_with_its_own_model(monkeypatch, tmp_path, bf16_cpu
         assert FLAGS.vocab_size == vocab_size and "resumes" not in line, line
 
 
-@pytest.mark.parametrize("bf16_cpu, seconds", [(True, 0.17), (False, 0.7)])
+@pytest.mark.parametrize("bf16_cpu, seconds, accumulation",
+                         [(True, 0.17, 1), (False, 0.7, 1), (True, 0.17, 4)])
 def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_path, bf16_cpu,
-                                                              seconds):
+                                                              seconds, accumulation):
     """A machine of each kind, faked (its bfloat16 matrix units and its seconds per update): a new
     run on a time budget times its own model in its kind's precision and width, and the
-    warm-up follows the updates the budget buys; the line says which and why. The timing leaves
-    the random state as it found it."""
+    warm-up follows the updates the budget buys (an update of --accumulation_steps=4 trains 4
+    timed batches); the line says which and why. The timing leaves the random state as it
+    found it."""
     import random
 
     import tensorflow as tf
@@ -323,7 +325,8 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
     monkeypatch.setattr(speed, "seconds_per_update_of_run", seconds_per_update_of_run)
     FLAGS = flags.FLAGS
     with flagsaver.flagsaver():
-        FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}", "--train_minutes=20"])
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}", "--train_minutes=20",
+               f"--accumulation_steps={accumulation}"])
         quickstart.choose_recipe()
         training_flags.seed()
         first_draw = tf.random.uniform([3]).numpy(), random.random()
@@ -331,13 +334,16 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
         line = quickstart.choose_warmup("the data config")
         assert np.array_equal(tf.random.uniform([3]).numpy(), first_draw[0])
         assert random.random() == first_draw[1]
-        updates = int(20 * 60 / seconds)
+        updates = int(20 * 60 / (seconds * accumulation))
         warmup = 500 if updates < 2400 else 1000
-        assert (updates < 2400) == (not bf16_cpu)  # the kinds' speeds, faked, fall either side
+        # the kinds' speeds, faked, fall either side; 4 batches an update, below
+        assert (updates < 2400) == (not bf16_cpu or accumulation == 4)
         assert FLAGS.warmup_steps == warmup, line
+        per_update = (f"{seconds * accumulation:.3g} s per update"
+                      + (" of 4 batches" if accumulation == 4 else ""))
         assert line.startswith(f"warm-up: {warmup:,} updates, for a run of about {updates:,} "
-                               f"updates (--train_minutes=20 at {seconds:.3g} s per update, as "
-                               "timed here)"), line
+                               f"updates (--train_minutes=20 at {per_update}, as timed "
+                               "here)"), line
         data_config, preset, overrides, precision, jit_compile = timed[0]
         assert (data_config, preset, jit_compile) == ("the data config", "mini", False)
         assert precision == ("bfloat16" if bf16_cpu else "float32")
@@ -395,6 +401,11 @@ def test_the_warmup_without_timing(monkeypatch, tmp_path):
         FLAGS(["quickstart", f"--model_dir={run_dir}", "--warmup_steps=300"])
         assert quickstart.choose_warmup(None) == "warm-up: 300 updates, as --warmup_steps says"
         assert FLAGS.warmup_steps == 300
+    with flagsaver.flagsaver():  # a timing on one device would not tell two replicas' updates
+        FLAGS(["quickstart", f"--model_dir={run_dir}"])
+        FLAGS.warmup_steps = 1  # not the default: the default is set, not kept
+        line = quickstart.choose_warmup(None, replicas=2)
+        assert FLAGS.warmup_steps == 1000 and "over 2 replicas are not timed" in line, line
     assert not timed
     runs.write_json(str(run_dir / runs.CONFIG_FILE), {"training": {"warmup_steps": 777}})
     tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(run_dir), 1).save()

@@ -94,8 +94,8 @@ console.set_program_default("keep_checkpoints", QUICKSTART_DEFAULTS["average_las
 console.set_program_default(
     "warmup_steps", QUICKSTART_DEFAULTS["warmup_steps"],
     f"Not given: {SHORT_WARMUP} for a new run of fewer than {SHORT_WARMUP_BELOW:,} updates "
-    "(--train_steps, or estimated from a few updates timed at the start); a resumed run keeps "
-    "its own.")
+    "(--train_steps, or estimated from a few updates timed at the start on one device; a run "
+    "over several replicas is not timed); a resumed run keeps its own.")
 flags.DEFINE_alias("work_dir", "model_dir")  # the name of earlier versions
 
 flags.DEFINE_enum("eval_split", "test", ["dev", "test"],
@@ -173,10 +173,11 @@ def choose_recipe():
             + "; benchmarks/results/recipe.md has the rows behind it")
 
 
-def choose_warmup(data_config):
+def choose_warmup(data_config, replicas=1):
     """Sets --warmup_steps for the updates this run will make, unless given or the run resumes
     (then its own); returns the line that says which and why. A new run on a time budget (no
-    --train_steps) times a few updates of its model first (``training.speed``)."""
+    --train_steps) times a few updates of its model first (``training.speed``), on one device:
+    a run over several ``replicas`` keeps the default, as their updates' cost is not timed."""
     from keras_transformer.training import resolve_precision, speed
 
     if FLAGS["warmup_steps"].present:
@@ -188,8 +189,13 @@ def choose_warmup(data_config):
         FLAGS.warmup_steps = resumed
         return (f"warm-up: {FLAGS.warmup_steps:,} updates, the one the run in {FLAGS.model_dir} "
                 "was trained with")
+    default = QUICKSTART_DEFAULTS["warmup_steps"]
     if FLAGS.train_steps:
         updates, why = FLAGS.train_steps, f"--train_steps={FLAGS.train_steps}"
+    elif replicas > 1:
+        FLAGS.warmup_steps = default
+        return (f"warm-up: {default:,} updates, the default: the updates of a run over {replicas} "
+                "replicas are not timed (the timing trains on one device)")
     else:
         say(f"timing {speed.UNTIMED + speed.TIMED} updates of the model to size the recipe to "
             f"--train_minutes={FLAGS.train_minutes:g} ...")
@@ -197,14 +203,16 @@ def choose_warmup(data_config):
             data_config, FLAGS.preset, model_flags.overrides(),
             resolve_precision(FLAGS.mixed_precision), FLAGS.xla)
         training_flags.seed()  # the run starts from the weights it would have without the timing
+        # an update of the run sums --accumulation_steps batches, one after another
+        seconds *= FLAGS.accumulation_steps
         updates = int(FLAGS.train_minutes * 60 / seconds)
-        why = (f"--train_minutes={FLAGS.train_minutes:g} at {seconds:.3g} s per update, as "
-               f"timed here")
-    FLAGS.warmup_steps = SHORT_WARMUP if updates < SHORT_WARMUP_BELOW else QUICKSTART_DEFAULTS[
-        "warmup_steps"]
+        why = (f"--train_minutes={FLAGS.train_minutes:g} at {seconds:.3g} s per update"
+               + (f" of {FLAGS.accumulation_steps} batches" if FLAGS.accumulation_steps > 1 else "")
+               + ", as timed here")
+    FLAGS.warmup_steps = SHORT_WARMUP if updates < SHORT_WARMUP_BELOW else default
     return (f"warm-up: {FLAGS.warmup_steps:,} updates, for a run of about {updates:,} updates "
             f"({why}); {SHORT_WARMUP:,} below {SHORT_WARMUP_BELOW:,} updates, "
-            f"{QUICKSTART_DEFAULTS['warmup_steps']:,} from there on "
+            f"{default:,} from there on "
             "(benchmarks/results/recipe_avx2_zen1/README.md)")
 
 
@@ -320,7 +328,7 @@ def stage_train(data_config, training_config, strategy):
         shutil.rmtree(FLAGS.model_dir)
         say(f"--overwrite: deleted {FLAGS.model_dir}")
     try:
-        say(choose_warmup(data_config))
+        say(choose_warmup(data_config, strategy.num_replicas_in_sync))
     except (ValueError, OSError) as error:
         fail("train", str(error))
     training_config = dataclasses.replace(training_config, warmup_steps=FLAGS.warmup_steps)
