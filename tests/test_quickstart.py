@@ -419,6 +419,35 @@ def test_the_warmup_without_timing(monkeypatch, tmp_path):
         assert FLAGS.warmup_steps == 1000 and len(timed) == 1
 
 
+def test_the_train_stage_gives_the_warmup_its_replicas(monkeypatch, tmp_path, capsys):
+    """stage_train hands choose_warmup the strategy's replicas: a run on a time budget over two
+    replicas keeps the default warm-up and is not timed, and trains with that warm-up (the
+    training itself replaced: its config and strategy are recorded)."""
+    from types import SimpleNamespace
+
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer.training import speed
+    from trainers import quickstart, training_flags
+
+    timed, trained = [], []
+    monkeypatch.setattr(speed, "seconds_per_update_of_run", lambda *args: timed.append(args))
+    monkeypatch.setattr(training_flags, "train", lambda data_config, training_config, strategy,
+                        log: trained.append((training_config, strategy)) or {"steps": 0})
+    FLAGS = flags.FLAGS
+    two_replicas = SimpleNamespace(num_replicas_in_sync=2)
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}", "--train_minutes=20"])
+        FLAGS.warmup_steps = 1  # not the default: the default is set, not kept
+        config = training_flags.training_config(str(tmp_path / "run"))
+        assert quickstart.stage_train(None, config, two_replicas) == {"steps": 0}
+    stdout = capsys.readouterr().out
+    assert "warm-up: 1,000 updates, the default: the updates of a run over 2 replicas" in stdout
+    assert not timed and len(trained) == 1, stdout
+    assert trained[0][0].warmup_steps == 1000 and trained[0][1] is two_replicas
+
+
 def test_learning_curve_of_the_run(smoke):
     tmp_path, _ = smoke
     output = tmp_path / "curve.png"
