@@ -471,7 +471,7 @@ def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
          "--log_every_steps=3", "--checkpoint_every_steps=2", "--average_last=2",
          "--dev_every_steps=0", "--ema_decay=0.5", "--export_best",
          f"--model_dir={tmp_path / 'run'}"],
-        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=240)
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "step 3/6 | loss" in result.stdout and "tgt tok/s" in result.stdout
     assert re.search(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d step 1: building", result.stdout, re.M)
