@@ -83,6 +83,7 @@ ROWS = {
                          "Sennrich & Zhang 2019", False),
     "subword_sampling_0.1": ("--subword_sampling=0.1", "BPE-dropout (Provilkov et al. 2020)", False),
     "subword_sampling_0.3": ("--subword_sampling=0.3", "BPE-dropout (Provilkov et al. 2020)", False),
+    "subword_sampling_0.5": ("--subword_sampling=0.5", "BPE-dropout (Provilkov et al. 2020)", False),
     "layerdrop_0.1": ("--decoder_layerdrop=0.1", "decoder LayerDrop (Fan et al. 2020)", True),
     "layerdrop_0.2": ("--decoder_layerdrop=0.2", "decoder LayerDrop (Fan et al. 2020)", True),
     "token_budget_1024": ("--token_budget=1024", "more updates, fewer tokens each", True),
