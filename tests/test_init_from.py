@@ -201,8 +201,11 @@ def write_tsv(path, english, german, repeat):
     return str(path)
 
 
-def test_train_run_uses_the_source_vocabulary_and_warns_of_poor_coverage(tmp_path, caplog):
+def test_train_run_uses_the_source_vocabulary_and_warns_of_poor_coverage(tmp_path, caplog,
+                                                                         monkeypatch):
     from keras_transformer import data
+    from keras_transformer.tokenizer import SubwordTokenizer
+    from keras_transformer.training import speed
     from keras_transformer.training.run import train_run
 
     source_data = data.DataConfig(
@@ -231,6 +234,18 @@ def test_train_run_uses_the_source_vocabulary_and_warns_of_poor_coverage(tmp_pat
     assert rate > init_from.UNKNOWN_PIECE_WARNING
     assert f"{100 * rate:.2f}% of its subword pieces" in caplog.text
     assert "init_from=" in lines[0] and "unknown pieces" in lines[0]
+    # A fine-tuned run's update is timed (a recipe sized to a time budget) with that vocabulary too.
+    timed = {}
+    monkeypatch.setattr(speed, "seconds_per_update", lambda config, batches, *args: timed.update(
+        config=config, batches=list(batches)) or 0.5)
+    assert speed.seconds_per_update_of_run(new_data, "tiny", dict(max_length=65),
+                                           init_from=str(tmp_path / "source")) == 0.5
+    assert timed["config"].vocab_size == 296
+    source_tokenizer = SubwordTokenizer.load(str(tmp_path / "source" / runs.VOCABULARY_FILE))
+    (source_ids, _), _ = next(iter(data.make_dataset(new_data, source_tokenizer, "train",
+                                                     training=True, repeat=True)))
+    (timed_ids, _), _ = timed["batches"][0]
+    assert np.array_equal(timed_ids, source_ids)
     # A vocabulary the data flags name explicitly must be the source's.
     other = tmp_path / "other.model"
     other.write_bytes(open(data.load_or_learn_tokenizer(new_data)[0].path, "rb").read())

@@ -296,6 +296,55 @@ def test_a_run_folder_resumes_with_its_own_model(monkeypatch, tmp_path, bf16_cpu
         assert FLAGS.vocab_size == vocab_size and "resumes" not in line, line
 
 
+@pytest.mark.parametrize("bf16_cpu", [True, False])
+def test_a_fine_tuned_run_has_its_source_model_and_is_timed_with_it(monkeypatch, tmp_path,
+                                                                    bf16_cpu):
+    """A new run fine-tuned (--init_from) from a run the other CPU kind trained, on another
+    vocabulary size, takes the source's width and vocabulary size (its weights restore only into
+    them), the start line says so, and the timing that sizes its warm-up is told the source. A
+    source that is not there leaves the kind's own recipe: the trainer's check names it."""
+    import tensorflow as tf
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer import runs
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.training import speed, strategy
+    from trainers import quickstart
+
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
+    own = {"d_model": None, "d_ff": None,
+           **quickstart.KIND_RECIPES["bfloat16" if bf16_cpu else "float32"][1]}
+    other = quickstart.KIND_RECIPES["float32" if bf16_cpu else "bfloat16"][1]
+    vocab_size = quickstart.QUICKSTART_DEFAULTS["vocab_size"] // 2
+    trained = TransformerConfig.from_preset("mini", vocab_size=vocab_size, **other)
+    source = tmp_path / "source"
+    runs.write_json(str(source / runs.CONFIG_FILE), {"model": trained.to_dict()})
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(source), 1).save()
+    timed = []
+    monkeypatch.setattr(speed, "seconds_per_update_of_run",
+                        lambda *args, **kwargs: timed.append((args, kwargs)) or 0.5)
+    FLAGS = flags.FLAGS
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'tuned'}", f"--init_from={source}",
+               "--train_minutes=20"])
+        line = quickstart.choose_recipe()
+        assert (FLAGS.d_model, FLAGS.d_ff, FLAGS.vocab_size) == (
+            trained.d_model, trained.d_ff, vocab_size), line
+        assert line.startswith(
+            f"recipe: a fine-tuned run has the model of its --init_from run, --d_ff={trained.d_ff} "
+            f"--d_model={trained.d_model} --vocab_size={vocab_size}; "), line
+        quickstart.choose_warmup("the data config")
+        (_, preset, overrides, *_), kwargs = timed[0]
+        assert kwargs["init_from"] == str(source)
+        assert (overrides["d_model"], overrides["d_ff"]) == (trained.d_model, trained.d_ff)
+    with flagsaver.flagsaver():
+        FLAGS(["quickstart", f"--model_dir={tmp_path / 'tuned'}",
+               f"--init_from={tmp_path / 'missing'}"])
+        line = quickstart.choose_recipe()
+        assert {flag: FLAGS[flag].value for flag in own} == own and "fine-tuned" not in line, line
+
+
 @pytest.mark.parametrize("bf16_cpu, seconds, accumulation",
                          [(True, 0.17, 1), (False, 0.7, 1), (True, 0.17, 4)])
 def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_path, bf16_cpu,
@@ -317,8 +366,9 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
     monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
     timed = []
 
-    def seconds_per_update_of_run(data_config, preset, overrides, precision, jit_compile):
-        timed.append((data_config, preset, overrides, precision, jit_compile))
+    def seconds_per_update_of_run(data_config, preset, overrides, precision, jit_compile,
+                                  init_from):
+        timed.append((data_config, preset, overrides, precision, jit_compile, init_from))
         tf.random.uniform([3]), random.random()  # as building and training a model does
         return seconds
 
@@ -344,8 +394,9 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
         assert line.startswith(f"warm-up: {warmup:,} updates, for a run of about {updates:,} "
                                f"updates (--train_minutes=20 at {per_update}, as timed "
                                "here)"), line
-        data_config, preset, overrides, precision, jit_compile = timed[0]
-        assert (data_config, preset, jit_compile) == ("the data config", "mini", False)
+        data_config, preset, overrides, precision, jit_compile, init_from = timed[0]
+        assert (data_config, preset, jit_compile, init_from) == (
+            "the data config", "mini", False, None)
         assert precision == ("bfloat16" if bf16_cpu else "float32")
         assert {k: overrides.get(k) for k in ("d_model", "d_ff")} == (
             {"d_model": 192, "d_ff": 768} if bf16_cpu else {"d_model": None, "d_ff": None})
@@ -384,7 +435,7 @@ def test_the_warmup_without_timing(monkeypatch, tmp_path):
     from keras_transformer.training import speed
     from trainers import quickstart
 
-    def seconds_per_update_of_run(*args):
+    def seconds_per_update_of_run(*args, **kwargs):
         timed.append(args)
         return 0.1
 
@@ -432,7 +483,8 @@ def test_the_train_stage_gives_the_warmup_its_replicas(monkeypatch, tmp_path, ca
     from trainers import quickstart, training_flags
 
     timed, trained = [], []
-    monkeypatch.setattr(speed, "seconds_per_update_of_run", lambda *args: timed.append(args))
+    monkeypatch.setattr(speed, "seconds_per_update_of_run",
+                        lambda *args, **kwargs: timed.append(args))
     monkeypatch.setattr(training_flags, "train", lambda data_config, training_config, strategy,
                         log: trained.append((training_config, strategy)) or {"steps": 0})
     FLAGS = flags.FLAGS

@@ -155,15 +155,20 @@ def choose_recipe():
         would = f" would set {flag_text(changes)}, but --{given[0]} is given:" if changes else ":"
         return f"recipe: {name}{would} preset {FLAGS.preset} as the flags say ({why})"
     # What a new run trains; a run folder resumes with the model it has, whichever kind's recipe
-    # (or an earlier default vocabulary) chose it: a Colab runtime on a drive, a copied folder.
+    # (or an earlier default vocabulary) chose it: a Colab runtime on a drive, a copied folder. A
+    # fine-tuned run (--init_from) has its source's model, which another kind may have trained.
     new_run = {flag: changes.get(flag, PRESETS[FLAGS.preset][flag]) for flag in recipe_flags[1:]}
     if not FLAGS["vocab_size"].present:
         new_run["vocab_size"] = FLAGS.vocab_size
     resumed = resumed_model()
-    kept = resumed and {flag: getattr(resumed, flag) for flag in new_run}
+    source = None if resumed else init_from_model()
+    kept = (resumed or source) and {flag: getattr(resumed or source, flag) for flag in new_run}
     if kept and kept != new_run:
         for flag, value in kept.items():
             setattr(FLAGS, flag, value)
+        if source:
+            return (f"recipe: a fine-tuned run has the model of its --init_from run, "
+                    f"{flag_text(kept)}; {name} (because {why}) is for runs from scratch")
         return (f"recipe: the run in {FLAGS.model_dir} resumes with the model it was trained with, "
                 f"{flag_text(kept)}; {name} (because {why}) is for new runs (--overwrite)")
     for flag, value in changes.items():
@@ -201,7 +206,7 @@ def choose_warmup(data_config, replicas=1):
             f"--train_minutes={FLAGS.train_minutes:g} ...")
         seconds = speed.seconds_per_update_of_run(
             data_config, FLAGS.preset, model_flags.overrides(),
-            resolve_precision(FLAGS.mixed_precision), FLAGS.xla)
+            resolve_precision(FLAGS.mixed_precision), FLAGS.xla, init_from=FLAGS.init_from)
         training_flags.seed()  # the run starts from the weights it would have without the timing
         # an update of the run sums --accumulation_steps batches, one after another
         seconds *= FLAGS.accumulation_steps
@@ -239,6 +244,19 @@ def resumed_model():
     try:
         return run and runs.model_config(run)
     except (ValueError, TypeError):
+        return None
+
+
+def init_from_model():
+    """The TransformerConfig of the --init_from run a new run is fine-tuned from, or None (not
+    given; or not found: training_flags.check then says why, in one line)."""
+    if not FLAGS.init_from:
+        return None
+    from keras_transformer.training import init_from
+
+    try:
+        return init_from.resolve(FLAGS.init_from).model_config
+    except ValueError:
         return None
 
 

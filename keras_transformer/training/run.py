@@ -103,26 +103,34 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     return trainer.fit(train_fn, dev_fn, callbacks)
 
 
+def new_run_vocabulary(data_config: data.DataConfig, init_from_given: Optional[str] = None):
+    """``(tokenizer, data_config, source)``: the vocabulary a new run trains with. The one the data
+    config names (learned if missing), source None; for a fine-tuned run (``init_from_given``)
+    the source run's (``init_from.InitSource``), whatever the data flags would choose, the data
+    config then naming its file."""
+    if not init_from_given:
+        return data.load_or_learn_tokenizer(data_config)[0], data_config, None
+    source = init_from.resolve(init_from_given)
+    tokenizer = init_from.tokenizer_for(source, data_config.vocab_path)
+    return tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), source
+
+
 def _vocabulary(data_config: data.DataConfig, training_config: TrainingConfig):
-    """``(tokenizer, data_config, init_info)``: the vocabulary the data config names (learned if
-    missing); for a fine-tuned run (``init_from``) the source run's, whatever the data flags would
-    choose, and ``init_info`` with its unknown-piece rate on the training text (a warning when
-    high); a resumed fine-tuned run its own copy."""
+    """``(tokenizer, data_config, init_info)``: ``new_run_vocabulary``'s, and for a fine-tuned run
+    ``init_info`` with the source vocabulary's unknown-piece rate on the training text (a warning
+    when high); a resumed fine-tuned run its own copy."""
     model_dir = training_config.model_dir
     own = os.path.join(model_dir, runs.VOCABULARY_FILE)
     if init_from.resumed_record(model_dir) and tf.io.gfile.exists(own):
         tokenizer = SubwordTokenizer.load(own)
         return tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), {}
-    if not training_config.init_from:
-        tokenizer, _ = data.load_or_learn_tokenizer(data_config)
+    tokenizer, data_config, source = new_run_vocabulary(data_config, training_config.init_from)
+    if source is None:
         return tokenizer, data_config, {}
-    source = init_from.resolve(training_config.init_from)
-    tokenizer = init_from.tokenizer_for(source, data_config.vocab_path)
     if data_config.vocab_size not in (None, tokenizer.vocab_size):
         logging.warning("vocab_size=%d is not used: the init_from run's vocabulary (%s, %d "
                         "pieces) is.", data_config.vocab_size, source.vocab_path,
                         tokenizer.vocab_size)
-    data_config = dataclasses.replace(data_config, vocab_path=tokenizer.path)
     texts = [text for pair in zip(*data.read_pairs(data_config, "train", COVERAGE_SAMPLE))
              for text in pair]
     rate = init_from.unknown_piece_rate(tokenizer, texts)
