@@ -378,6 +378,19 @@ def key(record):
     return record["row"], record["seed"], record["kind"], record["baseline"], record["extra_flags"]
 
 
+def machines(rows):
+    """"machine: CPU" of a table's rows ({row: records}); an emulated kind's rows may have trained
+    on several machines (a step limit gives the same model anywhere): the CPU most rows trained on,
+    then each other one with its rows."""
+    cpus = {}
+    for name, group in rows.items():
+        for record in group:
+            cpus.setdefault(record["machine"]["cpu"], set()).add(name)
+    most, *others = sorted(cpus, key=lambda cpu: -len(cpus[cpu]))
+    return "; ".join([f"machine: {most}"] + [
+        f"{', '.join(sorted(cpus[cpu]))} on {cpu}" for cpu in others])
+
+
 def table(records):
     """One table per kind (and baseline and extra flags; `here` per CPU), best median dev score
     first."""
@@ -402,7 +415,7 @@ def table(records):
                 f"mini's {KINDS[kind]['updates']:,}, scaled by the timed step costs for rows that "
                 "change them" + ("; some rows' updates given with --row_updates" if True in given
                                  else ""))
-        lines += ["", f"## {first['kind_label']} ({how}; machine: {first['machine']['cpu']}), "
+        lines += ["", f"## {first['kind_label']} ({how}; {machines(rows)}), "
                   f"rows on the quickstart's defaults with `{' '.join(filter(None, (baseline, extra)))}`",
                   ""]
         ordered = sorted(rows.items(), key=lambda item: -statistics.median(

@@ -284,7 +284,8 @@ print(json.dumps(widths))
 def test_the_table_names_the_precision_rows_trained_in_and_a_wall_clock_row_its_cpu():
     """A kind's updates trained in another precision (the bf16 kind on an AVX2 CPU, where bfloat16
     is slow: --extra_flags=--mixed_precision=float32) get a table of their own whose heading says
-    float32, not the kind's bfloat16; rows of 20 minutes here (--kind=here) are headed by their CPU."""
+    float32, not the kind's bfloat16; rows of 20 minutes here (--kind=here) are headed by their CPU;
+    rows of one table trained on several machines are named with theirs."""
     code = """
 from absl import flags
 from benchmarks import recipe
@@ -296,6 +297,9 @@ row = {"row": "max_length_48", "flags": "--max_length=48", "asks": "max length",
        "floors": {"copy": {"sacrebleu": 0.5}, "translation_memory": {"sacrebleu": 0.7}}}
 print(recipe.table([row, {**row, "extra_flags": "--mixed_precision=float32", "machine": {"cpu": "EPYC"}},
                     {**row, "kind": "here", "kind_label": "EPYC", "emulated": False,
+                     "machine": {"cpu": "EPYC"}},
+                    {**row, "seed": 2}, {**row, "row": "mini", "flags": ""},
+                    {**row, "row": "max_length_96", "flags": "--max_length=96",
                      "machine": {"cpu": "EPYC"}}]))
 """
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -310,4 +314,6 @@ print(recipe.table([row, {**row, "extra_flags": "--mixed_precision=float32", "ma
     assert "emulated by updates in bfloat16: the updates given with --row_updates" in bf16
     assert "emulated by updates in float32: the updates given with --row_updates" in float32
     assert "machine: EPYC" in float32
+    # an emulated kind's rows trained on two machines: the one most rows trained on, then the other
+    assert "; machine: Xeon; max_length_96 on EPYC)" in bf16
     assert "(20 minutes of wall clock; machine: EPYC)" in here
