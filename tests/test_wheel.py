@@ -165,6 +165,11 @@ def test_every_notebook_runs_from_the_wheel_outside_the_clone(wheel, dependencie
             images = any("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
             if "plot" in tags or ("shipped_plot" in tags and shipped):
                 assert images, f"a plot cell of {name} produced no image:\n{''.join(cell['source'])[:200]}"
+    # the quickstart notebook sizes its warm-up as the main job does: a few updates timed first
+    printed = "".join("".join(output.get("text", "")) for cell in notebooks["quickstart"]["cells"]
+                      for output in cell.get("outputs", []))
+    assert "warm-up: 10 updates, for a run of about " in printed, printed[-3000:]
+    assert "updates (5 minutes at " in printed and "s per update, as timed here)" in printed
     work = workspace / WORK_DIR
     for produced in ("quickstart/run/config.json", "quickstart/saved_models",
                      "export_serving/saved_models/translator", "export_serving/saved_models/translator_ids",

@@ -214,11 +214,17 @@ def choose_warmup(data_config, replicas=1):
         why = (f"--train_minutes={FLAGS.train_minutes:g} at {seconds:.3g} s per update"
                + (f" of {FLAGS.accumulation_steps} batches" if FLAGS.accumulation_steps > 1 else "")
                + ", as timed here")
-    FLAGS.warmup_steps = SHORT_WARMUP if updates < SHORT_WARMUP_BELOW else default
+    FLAGS.warmup_steps = warmup_for(updates)
     return (f"warm-up: {FLAGS.warmup_steps:,} updates, for a run of about {updates:,} updates "
             f"({why}); {SHORT_WARMUP:,} below {SHORT_WARMUP_BELOW:,} updates, "
             f"{default:,} from there on "
             "(benchmarks/results/recipe_avx2_zen1/README.md)")
+
+
+def warmup_for(updates):
+    """The warm-up of a new run of about ``updates`` updates: SHORT_WARMUP below
+    SHORT_WARMUP_BELOW, else the default's (notebooks/quickstart.ipynb sizes its run by it too)."""
+    return SHORT_WARMUP if updates < SHORT_WARMUP_BELOW else QUICKSTART_DEFAULTS["warmup_steps"]
 
 
 def resumed_run():
