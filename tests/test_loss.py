@@ -131,12 +131,15 @@ def test_nll_from_the_same_pass_is_the_unsmoothed_loss(batch):
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
-@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("jit_compile, real_tokens_only", [(False, False), (True, False),
+                                                            (False, True)])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_projection_inside_the_loss_is_the_loss_of_the_projected_logits(eps, jit_compile, dtype):
+def test_projection_inside_the_loss_is_the_loss_of_the_projected_logits(eps, jit_compile,
+                                                                        real_tokens_only, dtype):
     """The training step's loss over decoder states and the tied embeddings: the same sums, and
     the same gradients for the states and the embeddings, as the loss of the logits ``states @
-    embeddings^T`` differentiated op by op (float64 numpy: softmax(z) - q' through the product).
+    embeddings^T`` differentiated op by op (float64 numpy: softmax(z) - q' through the product),
+    whether the padding's rows are projected or left out first (their gradient zero either way).
     bfloat16 rounds the inputs of both products, so its bound is bfloat16's."""
     rng = np.random.default_rng(7)
     states = rng.normal(size=(3, 5, 6)).astype(np.float32)
@@ -150,7 +153,8 @@ def test_projection_inside_the_loss_is_the_loss_of_the_projected_logits(eps, jit
     def run(states, table):
         with tf.GradientTape() as tape:
             tape.watch([states, table])
-            sums = projected_loss_and_accuracy(labels, tf.cast(states, dtype), table, eps)
+            sums = projected_loss_and_accuracy(labels, tf.cast(states, dtype), table, eps,
+                                               real_tokens_only=real_tokens_only)
             objective = 2.5 * sums[0]
         return sums, tape.gradient(objective, [states, table])
 

@@ -50,7 +50,7 @@ def loss_accuracy_and_nll(labels, logits, label_smoothing: float = 0.1, pad_id: 
 
 
 def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: float = 0.1,
-                                pad_id: int = 0):
+                                pad_id: int = 0, real_tokens_only: bool = False):
     """``loss_and_accuracy`` of the logits ``states @ embeddings^T``, the pre-softmax projection
     (section 3.4) of the decoder's output ``states`` [batch, length, d_model] with the
     [K, d_model] ``embeddings``, computed here rather than by the model so that the projection is
@@ -60,12 +60,22 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
     embeddings as column sums, a gather and a segment sum, so no pass over [tokens, K] is added
     to the two products. In a lower precision (bfloat16) the softmax rounded before the
     subtraction would lose the difference at the label, so there it is formed whole in float32
-    first, as the logits' own loss does."""
+    first, as the logits' own loss does.
+
+    ``real_tokens_only``: the projection and the loss see the real target tokens only, gathered
+    from the padded batch first, so no product or pass over [tokens, K] is spent on padding (the
+    same sums; their tokens' count varies from batch to batch, so not under XLA)."""
     with tf.name_scope("label_smoothed_loss"):  # a label for profiles (benchmarks.profile_step)
         dtype = states.dtype
         width = states.shape[-1]
         labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
+        rows = tf.reshape(states, [-1, width])
         mask = tf.cast(tf.not_equal(labels, int(pad_id)), tf.float32)
+        num_tokens = tf.reduce_sum(mask)
+        if real_tokens_only:
+            real = tf.where(tf.not_equal(labels, int(pad_id)))[:, 0]
+            labels, rows = tf.gather(labels, real), tf.gather(rows, real)
+            mask = tf.ones_like(labels, tf.float32)
         eps = float(label_smoothing)
 
         @tf.custom_gradient
@@ -94,9 +104,8 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
 
             return _masked_sums(per_token, correct, nll, mask), gradient
 
-        loss_sum, correct, _ = projected(tf.reshape(states, [-1, width]),
-                                         tf.cast(embeddings, dtype))
-        return loss_sum, tf.reduce_sum(mask), correct
+        loss_sum, correct, _ = projected(rows, tf.cast(embeddings, dtype))
+        return loss_sum, num_tokens, correct
 
 
 def _projection_gradients(logit_grad, rows, table):

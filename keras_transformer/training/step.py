@@ -77,7 +77,7 @@ class TrainStep:
             states = self.model.decoder_states(target_in, memory, memory_mask, training=True)
             loss_sum, num_tokens, correct = projected_loss_and_accuracy(
                 target_out, states, self.model.softmax_embedding.embeddings,
-                self.label_smoothing, self.pad_id)
+                self.label_smoothing, self.pad_id, real_tokens_only=not self.jit_compile)
             # Differentiate the local MEAN (times the loss scale for float16) so low-precision
             # gradients keep the range of a mean loss; scaled back to a sum in float32 below.
             objective = self.optimizer.scale_loss(loss_sum / tf.maximum(num_tokens, 1.0))
