@@ -380,7 +380,7 @@ def key(record):
 
 def machines(rows):
     """"machine: CPU" of a table's rows ({row: records}); an emulated kind's rows may have trained
-    on several machines (a step limit gives the same model anywhere): the CPU most rows trained on,
+    on several machines (a step limit trains the same updates anywhere): the CPU most rows trained on,
     then each other one with its rows."""
     cpus = {}
     for name, group in rows.items():

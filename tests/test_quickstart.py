@@ -335,7 +335,7 @@ def test_a_fine_tuned_run_has_its_source_model_and_is_timed_with_it(monkeypatch,
             f"recipe: a fine-tuned run has the model of its --init_from run, --d_ff={trained.d_ff} "
             f"--d_model={trained.d_model} --vocab_size={vocab_size}; "), line
         quickstart.choose_warmup("the data config")
-        (_, preset, overrides, *_), kwargs = timed[0]
+        (_, _, overrides, *_), kwargs = timed[0]
         assert kwargs["init_from"] == str(source)
         assert (overrides["d_model"], overrides["d_ff"]) == (trained.d_model, trained.d_ff)
     with flagsaver.flagsaver():

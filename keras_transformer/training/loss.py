@@ -70,10 +70,11 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
         width = states.shape[-1]
         labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
         rows = tf.reshape(states, [-1, width])
-        mask = tf.cast(tf.not_equal(labels, int(pad_id)), tf.float32)
+        is_real = tf.not_equal(labels, int(pad_id))
+        mask = tf.cast(is_real, tf.float32)
         num_tokens = tf.reduce_sum(mask)
         if real_tokens_only:
-            real = tf.where(tf.not_equal(labels, int(pad_id)))[:, 0]
+            real = tf.where(is_real)[:, 0]
             labels, rows = tf.gather(labels, real), tf.gather(rows, real)
             mask = tf.ones_like(labels, tf.float32)
         eps = float(label_smoothing)
