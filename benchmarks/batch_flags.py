@@ -11,4 +11,6 @@ flags.FLAGS.set_default("token_budget", 4096)
 flags.FLAGS.set_default("max_length", 64)
 flags.DEFINE_list("presets", ["small", "base"], "Presets to measure.")
 flags.DEFINE_list("precisions", ["float32", "bfloat16"], "Compute precisions (float32, bfloat16).")
-flags.DEFINE_integer("batches", 8, "Distinct real batches per pass.", lower_bound=1)
+flags.DEFINE_integer("batches", 8, "Distinct real batches per pass, spread over the training "
+                     "set's first pass; 0: every batch of that pass (its padding exactly as "
+                     "training sees it).", lower_bound=0)

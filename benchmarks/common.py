@@ -208,21 +208,43 @@ def matmul_seconds(shapes, dtype, repeats=5):
     return best
 
 
-def real_batches(config, tokenizer, count):
-    """``count`` training batches as the trainer sees them, and their padding statistics."""
-    import numpy as np
+# How many batches per measured batch ``real_batches`` reads at most, to spread its choice over.
+_SPREAD = 50
 
+
+def real_batches(config, tokenizer, count):
+    """``count`` training batches as the trainer sees them, spread evenly over its first pass
+    (or over its first ``50 * count`` batches, if it is longer; ``count=0``: the whole pass), and
+    their padding statistics beside those of all the batches read.
+
+    Not simply the first batches: a shuffled pass begins with the buckets that fill first, which
+    hold more padding than the pass as a whole, and the model FLOP/s of a benchmark count only
+    real tokens, so a start-of-pass sample would understate the speed that training sees."""
     from keras_transformer import data
 
-    dataset = data.make_dataset(config, tokenizer, "train", training=True, repeat=True)
-    batches = list(dataset.take(count))
+    data.check_not_empty(config, tokenizer, "train")
+    # One pass, read in part (so its tokenized pairs are not cached for passes never read).
+    dataset = data.make_dataset(config, tokenizer, "train", training=True, read_in_part=True)
+    window = list(dataset.take(_SPREAD * count) if count else dataset)
+    count = count or len(window)
+    # The middle batch of each of ``count`` equal stretches of the window (a short window's
+    # batches more than once).
+    batches = [window[int((i + 0.5) * len(window) / count)] for i in range(count)]
+    sample, read = _padding(batches), _padding(window)
+    return batches, {"bucket_multiple": config.bucket_multiple, **sample,
+                     "batches_read": len(window),
+                     "padding_fraction_of_batches_read": read["padding_fraction"],
+                     "shapes": len({tuple(b[0][0].shape) for b in batches})}
+
+
+def _padding(batches) -> dict:
+    import numpy as np
+
     real = padded = 0
     for (source, _), target in batches:
         real += int(np.count_nonzero(source.numpy()) + np.count_nonzero(target.numpy()))
         padded += int(np.size(source.numpy()) + np.size(target.numpy()))
-    return batches, {"bucket_multiple": config.bucket_multiple, "real_tokens": real,
-                     "padded_tokens": padded, "padding_fraction": 1 - real / padded,
-                     "shapes": len({tuple(b[0][0].shape) for b in batches})}
+    return {"real_tokens": real, "padded_tokens": padded, "padding_fraction": 1 - real / padded}
 
 
 class PeakMemory:

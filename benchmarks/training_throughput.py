@@ -271,7 +271,8 @@ def main(argv):
             f"{dtype} {value / 1e9:,.1f} GFLOP/s" for dtype, value in xla_matmul.items()), flush=True)
     peaks, spread = divide_by_the_peak(rows, peak)
     table = common.markdown([table_row(r, peaks) for r in rows], COLUMNS)
-    print(f"\n{count} batches of {described['dataset']} train, {described['token_budget']} "
+    print(f"\n{f'{count} batches' if count else 'every batch of the first pass'} of "
+          f"{described['dataset']} train, {described['token_budget']} "
           f"tokens/side budget\n\n{table}")
     machine["load_average_at_end"] = common.machine()["load_average"]
     result = {"machine": machine, "matmul_size": size,

@@ -361,6 +361,52 @@ def test_main_job_row_uses_the_main_jobs_settings():
     assert MAIN_JOB_WIDTHS == {precision: widths for precision, (_, widths) in KIND_RECIPES.items()}
 
 
+def test_measured_batches_are_spread_over_a_pass_not_taken_from_its_start(tmp_path):
+    """The benchmarks' batches: evenly spaced over the trainer's own first pass (whose start, the
+    buckets that fill first, holds more padding than the pass), at most 50 per batch measured read,
+    or the whole pass; with the padding of the chosen batches and of all those read."""
+    import numpy as np
+
+    from benchmarks import common
+    from keras_transformer import data
+    from keras_transformer.data.config import DataConfig
+    from toy import write_word_for_word_corpus
+
+    write_word_for_word_corpus(tmp_path, (("train", 600),))
+    config = DataConfig(dataset="files", train_data=str(tmp_path / "train.tsv"),
+                        data_dir=str(tmp_path / "data"), vocab_size=320, max_length=16,
+                        token_budget=48, bucket_multiple=1)
+    tokenizer, _ = data.load_or_learn_tokenizer(config)
+    one_pass = list(data.make_dataset(config, tokenizer, "train", training=True))
+    assert 50 < len(one_pass) < 200  # so that 4 batches read the whole pass and 1 does not
+
+    def position(batch, among):
+        (source, _), target = batch
+        return [i for i, ((s, _), t) in enumerate(among)
+                if s.shape == source.shape and t.shape == target.shape
+                and np.array_equal(s, source) and np.array_equal(t, target)]
+
+    def padding(batches):
+        real = sum(np.count_nonzero(s) + np.count_nonzero(t) for (s, _), t in batches)
+        return 1 - real / sum(np.size(s) + np.size(t) for (s, _), t in batches)
+
+    for count, read in ((4, len(one_pass)), (1, 50), (0, len(one_pass))):
+        batches, stats = common.real_batches(config, tokenizer, count)
+        assert stats["batches_read"] == read
+        found = [position(batch, one_pass[:read]) for batch in batches]
+        assert all(len(places) == 1 for places in found), found  # batches of the trainer's pass
+        places = [p[0] for p in found]
+        if count:  # one from each of `count` equal stretches of what was read, not its start
+            assert [p * count // read for p in places] == list(range(count)), places
+            assert min(places) > 0
+        else:  # the whole pass, in its order
+            assert places == list(range(read))
+        assert stats["padding_fraction"] == pytest.approx(padding(batches))
+        assert stats["padding_fraction_of_batches_read"] == pytest.approx(padding(one_pass[:read]))
+        assert stats["real_tokens"] == sum(
+            np.count_nonzero(s) + np.count_nonzero(t) for (s, _), t in batches)
+
+
 def test_profile_splits_each_instant_among_the_ops_running():
     """benchmarks.profile_step's attribution: overlapping ops share the wall time they overlap,
     gaps are idle, and the shares add up to the window."""
