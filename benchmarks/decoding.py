@@ -299,9 +299,11 @@ def _compare_with_ctranslate2(ours, engine, search, beam, batch_size, threads, p
 
     def run_theirs():
         # Our limit (make_ours_for_comparison, as the Translator's): sources longer than the
-        # model's max_length count as that long.
+        # model's max_length count as that long. min_decoding_length=0: our search may end a
+        # hypothesis at its first step (an empty translation), CTranslate2's default may not.
         return [[list(r.hypotheses[0]) for r in
                  engine.translate_batch(tok, beam_size=beam, length_penalty=0.0,
+                                        min_decoding_length=0,
                                         max_decoding_length=min(int(b.shape[1]), max_length)
                                         + extra_length,
                                         suppress_sequences=[[pieces[PAD_ID]], [pieces[START_ID]]])]

@@ -104,7 +104,7 @@ def ctranslate2_search(translator, source, pieces, beam_size, length):
     # CTranslate2 appends the source EOS itself (add_source_eos): pass the bare pieces.
     tokens = [[pieces[t] for t in row if t not in (PAD_ID, END_ID)] for row in source]
     results = translator.translate_batch(tokens, beam_size=beam_size, length_penalty=0.0,
-                                         max_decoding_length=length,
+                                         max_decoding_length=length, min_decoding_length=0,
                                          suppress_sequences=[[pieces[PAD_ID]], [pieces[START_ID]]])
     return [[index[p] for p in r.hypotheses[0]] for r in results]
 
