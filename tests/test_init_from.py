@@ -202,7 +202,7 @@ def write_tsv(path, english, german, repeat):
 
 
 def test_train_run_uses_the_source_vocabulary_and_warns_of_poor_coverage(tmp_path, caplog,
-                                                                         monkeypatch):
+                                                                         monkeypatch, capsys):
     from keras_transformer import data
     from keras_transformer.tokenizer import SubwordTokenizer
     from keras_transformer.training import speed
@@ -246,6 +246,20 @@ def test_train_run_uses_the_source_vocabulary_and_warns_of_poor_coverage(tmp_pat
                                                      training=True, repeat=True)))
     (timed_ids, _), _ = timed["batches"][0]
     assert np.array_equal(timed_ids, source_ids)
+    # The quickstart's data stage announces that vocabulary and learns none for the new corpus.
+    assert not os.path.exists(new_data.effective_vocab_path)
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from trainers import quickstart
+
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", f"--model_dir={tmp_path / 'tuned3'}",
+                     f"--init_from={tmp_path / 'source'}"])
+        quickstart.stage_data(dataclasses.replace(new_data, test_data=new_data.dev_data))
+    assert not os.path.exists(new_data.effective_vocab_path)
+    assert (f"vocabulary: 296 shared subwords (the --init_from run's) at "
+            f"{tmp_path / 'source' / runs.VOCABULARY_FILE}") in capsys.readouterr().out
     # A vocabulary the data flags name explicitly must be the source's.
     other = tmp_path / "other.model"
     other.write_bytes(open(data.load_or_learn_tokenizer(new_data)[0].path, "rb").read())

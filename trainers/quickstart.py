@@ -297,9 +297,12 @@ def write_file(stage, path, text):
 def stage_data(config):
     header("data", "corpus and shared subword vocabulary")
     from keras_transformer import data
+    from keras_transformer.training import run
 
+    # The vocabulary training will use: a fine-tuned run's is its source's, not one of this corpus.
+    model_dir = None if FLAGS.overwrite else FLAGS.model_dir  # --overwrite: no copy to resume with
     try:
-        tokenizer, learned = data.load_or_learn_tokenizer(config)
+        tokenizer, _, _, origin = run.run_vocabulary(config, model_dir, FLAGS.init_from)
         counts = {}
         for split in data.SPLITS:
             try:
@@ -318,8 +321,9 @@ def stage_data(config):
         say(libreoffice_help.alignment_summary(config.libreoffice_help_dir))
     say(f"dataset {config.dataset}: " + ", ".join(f"{n:,} {s}" for s, n in counts.items())
         + " sentence pairs")
-    say(f"vocabulary: {tokenizer.vocab_size:,} shared subwords "
-        f"({'learned now' if learned else 'reused'}) at {tokenizer.path}")
+    origin = {"init_from": "the --init_from run's",
+              "own copy": "this fine-tuned run's copy of its --init_from run's"}.get(origin, origin)
+    say(f"vocabulary: {tokenizer.vocab_size:,} shared subwords ({origin}) at {tokenizer.path}")
     return config, counts
 
 

@@ -115,16 +115,31 @@ def new_run_vocabulary(data_config: data.DataConfig, init_from_given: Optional[s
     return tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), source
 
 
-def _vocabulary(data_config: data.DataConfig, training_config: TrainingConfig):
-    """``(tokenizer, data_config, init_info)``: ``new_run_vocabulary``'s, and for a fine-tuned run
-    ``init_info`` with the source vocabulary's unknown-piece rate on the training text (a warning
-    when high); a resumed fine-tuned run its own copy."""
-    model_dir = training_config.model_dir
-    own = os.path.join(model_dir, runs.VOCABULARY_FILE)
-    if init_from.resumed_record(model_dir) and tf.io.gfile.exists(own):
+def run_vocabulary(data_config: data.DataConfig, model_dir: Optional[str],
+                   init_from_given: Optional[str] = None):
+    """``(tokenizer, data_config, source, origin)``: the vocabulary the run in ``model_dir`` (None:
+    a new run) trains with, the data config then naming its file. ``origin`` says where it comes from: ``"own
+    copy"`` (a fine-tuned run resuming keeps a copy of its source's), ``"init_from"`` (a new
+    fine-tuned run: ``new_run_vocabulary``'s, ``source`` the ``init_from.InitSource``), else
+    ``"learned now"`` or ``"reused"`` (the one the data config names). A fine-tuned run never
+    learns one for its new corpus."""
+    own = model_dir and os.path.join(model_dir, runs.VOCABULARY_FILE)
+    if own and init_from.resumed_record(model_dir) and tf.io.gfile.exists(own):
         tokenizer = SubwordTokenizer.load(own)
-        return tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), {}
-    tokenizer, data_config, source = new_run_vocabulary(data_config, training_config.init_from)
+        return (tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), None,
+                "own copy")
+    if init_from_given:
+        return (*new_run_vocabulary(data_config, init_from_given), "init_from")
+    tokenizer, learned = data.load_or_learn_tokenizer(data_config)
+    return tokenizer, data_config, None, "learned now" if learned else "reused"
+
+
+def _vocabulary(data_config: data.DataConfig, training_config: TrainingConfig):
+    """``(tokenizer, data_config, init_info)``: ``run_vocabulary``'s, and for a new fine-tuned run
+    ``init_info`` with the source vocabulary's unknown-piece rate on the training text (a warning
+    when high)."""
+    tokenizer, data_config, source, _ = run_vocabulary(
+        data_config, training_config.model_dir, training_config.init_from)
     if source is None:
         return tokenizer, data_config, {}
     if data_config.vocab_size not in (None, tokenizer.vocab_size):
