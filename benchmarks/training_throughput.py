@@ -11,8 +11,9 @@ peak measured in the same run.
 
 Batches are --batches token-budget batches of the training split (the offline Ding corpus by
 default; any dataset through the data flags), exactly as the trainer feeds them (the exact bucket
-grid without XLA, the grid of multiples of 8 with it, unless --bucket_multiple): real tokens per
-step and the padding fraction are reported. Every configuration first runs once over all of them
+grid without XLA, the grid of multiples of 8 with it, unless --bucket_multiple), spread over its
+first pass, or the whole pass with --batches=0 (the training's own mix of shapes and padding):
+real tokens per step and the padding fraction are reported. Every configuration first runs once over all of them
 (tracing; XLA compiles one program per padded shape), then --runs timed passes; a row gives the
 median, min and max over the passes of the time per step.
 
