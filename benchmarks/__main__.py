@@ -11,8 +11,7 @@ Runs, each in a fresh process (so each measures its own memory and thread pools)
   tokens/s and model FLOP/s of ``small`` and ``base`` in float32 / bfloat16, XLA off / on, on
   real token-budget batches, and of the main job's model;
 * ``benchmarks.profile_step --main_job``: where the main job's training step goes (TensorFlow's
-  profiler), so that its missed goals in the targets table name the largest items besides the
-  matmuls;
+  profiler), so that its missed goals in the targets table name the largest items beside matmuls;
 * ``benchmarks.decoding``: greedy and beam 4 on real test sentences (cache on/off, XLA on/off,
   batch sizes), decode time vs output length, and CTranslate2 float32 on the same weights;
 * ``benchmarks.input_pipeline``: tokenization + bucketing speed.
@@ -103,14 +102,13 @@ def report(results, output_dir):
                   + (f", {end[0]} at the end" if end else "") + ".", ""]
         if part == "training_throughput":
             data = result["data"]
-            lines += [f"{data['batches']} real batches of {data['dataset']} train, "
+            lines += [f"{data['batches'] or 'All the'} real batches of {data['dataset']} train, "
                       f"{data['token_budget']:,} tokens per side budget, vocabulary "
                       f"{data['vocab_size']:,}; FLOPs count real tokens only; median [min, max] "
                       f"of {result['runs']} passes.", ""]
         if part == "decoding":
             lines += [f"{result['model']}; median [min, max] of {result['runs']} runs.", ""]
-        # A profile written before its JSON kept its tables is only linked.
-        tables = result.get("markdown", f"[{PARTS[part][1]}]({PARTS[part][1]})")
+        tables = result["markdown"]
         lines += ["\n\n".join(tables.values()) if isinstance(tables, dict) else tables, ""]
     text = "\n".join(lines)
     from keras_transformer import writing

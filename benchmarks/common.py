@@ -104,10 +104,7 @@ def matmul_timing_disturbed(row) -> bool:
 
 def peak_line(result) -> str:
     """The report's sentence on the peaks: the best sample and the spread of all of them."""
-    peaks, spread = result["matmul_peak_flops"], result.get("matmul_peak_spread")
-    if not spread:  # results written before the peak was sampled several times
-        return (f"Matmul peak measured in the same run ({result['matmul_size']}^3): " + ", ".join(
-            f"{dtype} {value / 1e9:,.1f} GFLOP/s" for dtype, value in peaks.items()) + ".")
+    peaks, spread = result["matmul_peak_flops"], result["matmul_peak_spread"]
     count = next(iter(spread.values()))["samples"]
     return (f"Matmul peak measured in the same run ({result['matmul_size']}^3, the best of "
             f"{count} samples taken before, between and after the configurations; every "
@@ -208,27 +205,19 @@ def matmul_seconds(shapes, dtype, repeats=5):
     return best
 
 
-# How many batches per measured batch ``real_batches`` reads at most, to spread its choice over.
-_SPREAD = 50
-
-
 def real_batches(config, tokenizer, count):
-    """``count`` training batches as the trainer sees them, spread evenly over its first pass
-    (or over its first ``50 * count`` batches, if it is longer; ``count=0``: the whole pass), and
-    their padding statistics beside those of all the batches read.
-
-    Not simply the first batches: a shuffled pass begins with the buckets that fill first, which
-    hold more padding than the pass as a whole, and the model FLOP/s of a benchmark count only
-    real tokens, so a start-of-pass sample would understate the speed that training sees."""
+    """``count`` training batches as the trainer sees them, spread evenly over its first pass (at
+    most its first 50 * count batches; ``count=0``: all of the pass), and their padding beside that
+    of all the batches read. Not the first batches: a shuffled pass begins with the buckets that
+    fill first, more padded than the pass, and FLOP/s of real tokens would understate training's."""
     from keras_transformer import data
 
     data.check_not_empty(config, tokenizer, "train")
     # One pass, read in part (so its tokenized pairs are not cached for passes never read).
     dataset = data.make_dataset(config, tokenizer, "train", training=True, read_in_part=True)
-    window = list(dataset.take(_SPREAD * count) if count else dataset)
+    window = list(dataset.take(50 * count) if count else dataset)
     count = count or len(window)
-    # The middle batch of each of ``count`` equal stretches of the window (a short window's
-    # batches more than once).
+    # The middle batch of each of ``count`` equal stretches of the window.
     batches = [window[int((i + 0.5) * len(window) / count)] for i in range(count)]
     sample, read = _padding(batches), _padding(window)
     return batches, {"bucket_multiple": config.bucket_multiple, **sample,
@@ -240,10 +229,8 @@ def real_batches(config, tokenizer, count):
 def _padding(batches) -> dict:
     import numpy as np
 
-    real = padded = 0
-    for (source, _), target in batches:
-        real += int(np.count_nonzero(source.numpy()) + np.count_nonzero(target.numpy()))
-        padded += int(np.size(source.numpy()) + np.size(target.numpy()))
+    real = sum(int(np.count_nonzero(s) + np.count_nonzero(t)) for (s, _), t in batches)
+    padded = sum(int(np.size(s) + np.size(t)) for (s, _), t in batches)
     return {"real_tokens": real, "padded_tokens": padded, "padding_fraction": 1 - real / padded}
 
 

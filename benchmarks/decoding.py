@@ -18,34 +18,30 @@ use, which decides the cache:
   a sentence whose result is final leaves the batch. XLA needs fixed shapes, so under XLA the cache
   is buffers of the batch's output buffer length and every sentence stays until all are done;
 * uncached (``incremental=False``): every step re-runs the teacher-forced decoder over the prefix
-  decoded so far, as a naive implementation would (under XLA over the whole buffer, the causal
-  mask hiding the future; see
-  tests/test_inference.py::test_cached_search_equals_rerunning_the_whole_prefix).
+  decoded so far, as a naive implementation would (under XLA over the whole buffer, the causal mask
+  hiding the future; tests/test_inference.py::test_cached_search_equals_rerunning_the_whole_prefix).
 
 The length sweep forces every output to exactly N tokens (EOS banned, limit N) and reports the time
 per sentence and per decoder step: constant per step with the cache, growing with N without it.
 
-The CTranslate2 part (``--parts=ctranslate2``; needs ``pip install ctranslate2``) exports the same
-weights with ``keras_transformer.export.ctranslate2`` and decodes the same test sentences, batched
-the same way (per --ctranslate2_batch_sizes), with our search and with CTranslate2 float32 on the
-same CPU with the same number of threads: TensorFlow's intra-op x inter-op threads
-(--intra_op_threads, --inter_op_threads: one each by default, as every part of this benchmark; a
-TensorFlow graph runs independent ops on its inter-op threads, so one intra-op thread alone may
-keep two cores busy), CTranslate2's intra_threads (--threads). Greedy and beam 4, length penalty
-off (alpha 0 / length_penalty=0: the two length penalties differ), one length limit per batch
-(CTranslate2's max_decoding_length = longest source, at most the model's max_length, +
-extra_length, ours the same); pad and start are excluded on both sides. It reports both speeds,
-their ratio (of median wall-clock times, of the fastest runs, and of median CPU seconds, the least
-disturbed by other processes on a shared machine) and the fraction of identical translations
-(token ids). With random weights outputs run to the limit and near-ties decide long random
-sequences, so the identical fraction is only meaningful for a trained model (--model_dir). A change
-is compared with the code before it by running this benchmark in a worktree of the parent commit
-too (docs/development.md).
+The CTranslate2 part (``--parts=ctranslate2``; ``pip install ctranslate2``) exports the same
+weights (``keras_transformer.export.ctranslate2``) and decodes the same test sentences, batched the
+same way (--ctranslate2_batch_sizes), with our search and with CTranslate2 float32 on the same
+number of threads: TensorFlow's intra-op x inter-op threads (--intra_op_threads,
+--inter_op_threads, one each by default; a graph runs independent ops on its inter-op threads, so
+one intra-op thread may keep two cores busy), CTranslate2's intra_threads (--threads). Greedy and
+beam 4, no length penalty (the two engines' differ), one length limit per batch (the longest
+source, at most the model's max_length, + extra_length), no minimum length, pad and start
+excluded on both sides. It reports both speeds, their ratio (of median wall-clock times, of the
+fastest runs, of median CPU seconds: the least disturbed by other processes) and the fraction of
+identical translations (token ids), meaningful for a trained model only (--model_dir: random
+weights run to the limit, where near-ties decide). A change is compared with the code before it
+by running this benchmark in a worktree of the parent commit too (docs/development.md).
 
-Without --model_dir the weights are random: speed depends on the weights only through the output
-lengths (a random model rarely emits EOS, so every output runs to input length + extra_length), and
-the length sweep covers that. Prints a Markdown table and writes JSON (--output); timings are the
-median of --runs runs with min and max. Not a test: numbers depend on the machine and its load.
+Without --model_dir the weights are random: speed depends on them only through the output lengths
+(a random model rarely emits EOS: every output runs to input length + extra_length), which the
+length sweep covers. Prints a Markdown table and writes JSON (--output); timings are the median of
+--runs runs with min and max. Not a test: numbers depend on the machine and its load.
 """
 
 import os
@@ -299,8 +295,7 @@ def _compare_with_ctranslate2(ours, engine, search, beam, batch_size, threads, p
 
     def run_theirs():
         # Our limit (make_ours_for_comparison, as the Translator's): sources longer than the
-        # model's max_length count as that long. min_decoding_length=0: our search may end a
-        # hypothesis at its first step (an empty translation), CTranslate2's default may not.
+        # model's max_length count as that long. min_decoding_length=0: ours may end at step 1.
         return [[list(r.hypotheses[0]) for r in
                  engine.translate_batch(tok, beam_size=beam, length_penalty=0.0,
                                         min_decoding_length=0,

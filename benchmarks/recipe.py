@@ -8,14 +8,13 @@
 
 A row is ``python -m trainers.quickstart --eval_split=dev`` with the row's flags on top of the
 sweep's baseline (``BASELINE``: the quickstart's defaults when the sweep began), in a fresh
-process, one after another (two at once would share the cores).
-It trains for the number of updates the kind makes in 20 minutes (``KINDS``), in the kind's
-precision: a step limit, so a busy machine or another CPU kind gives the same model (the AVX2 kind
-is emulated on an AVX-512 machine this way, the bf16 kind on an AVX2 one; where bfloat16 is slow,
-as on an AVX2 CPU, ``--extra_flags=--mixed_precision=float32`` trains the bf16 kind's updates in
-float32, and the table says so). Checkpoints are saved
-every 1/40 of the updates (the quickstart's 30 s of 20 minutes), by steps for the same reason. A
-row that changes the cost of a step (model size, batch, vocabulary, length) makes a different
+process, one after another (two at once would share the cores). It trains for the updates the
+kind makes in 20 minutes (``KINDS``), in the kind's precision: a step limit, so a busy machine or
+another CPU kind trains the same updates (the AVX2 kind is emulated on an AVX-512 machine this
+way, the bf16 kind on an AVX2 one; where bfloat16 is slow, as on an AVX2 CPU,
+``--extra_flags=--mixed_precision=float32`` trains the bf16 kind's updates in float32, and the
+table says so). Checkpoints are saved every 1/40 of the updates (the quickstart's 30 s of 20
+minutes), by steps for the same reason. A row that changes the cost of a step (model size, batch, vocabulary, length) makes a different
 number of updates in 20 minutes: mini's updates on the kind times mini's seconds per update over
 the row's, both timed here in the kind's precision on their own real batches of the corpus, in
 turns (``step_costs``), and recorded in OUTPUT_DIR/step_costs.json; or given with --row_updates,

@@ -10,12 +10,12 @@ peak measured in the same run.
                                           # the same ratios as an earlier run's JSON (PATH)?
 
 Batches are --batches token-budget batches of the training split (the offline Ding corpus by
-default; any dataset through the data flags), exactly as the trainer feeds them (the exact bucket
-grid without XLA, the grid of multiples of 8 with it, unless --bucket_multiple), spread over its
-first pass, or the whole pass with --batches=0 (the training's own mix of shapes and padding):
-real tokens per step and the padding fraction are reported. Every configuration first runs once over all of them
-(tracing; XLA compiles one program per padded shape), then --runs timed passes; a row gives the
-median, min and max over the passes of the time per step.
+default; any dataset through the data flags) as the trainer feeds them (the exact bucket grid
+without XLA, multiples of 8 with it, unless --bucket_multiple), spread over its first pass, or
+the whole pass (--batches=0: training's own shapes and padding); real tokens per step and the
+padding fraction are reported. Every configuration first runs once over all of them (tracing;
+XLA compiles one program per padded shape), then --runs timed passes; a row gives the median,
+min and max over the passes of the time per step.
 
 --main_job adds rows for the main job (python -m trainers.quickstart): preset mini with its
 options, corpus and batch size, in float32 and in the precision the main job picks on this

@@ -118,11 +118,11 @@ def new_run_vocabulary(data_config: data.DataConfig, init_from_given: Optional[s
 def run_vocabulary(data_config: data.DataConfig, model_dir: Optional[str],
                    init_from_given: Optional[str] = None):
     """``(tokenizer, data_config, source, origin)``: the vocabulary the run in ``model_dir`` (None:
-    a new run) trains with, the data config then naming its file. ``origin`` says where it comes from: ``"own
-    copy"`` (a fine-tuned run resuming keeps a copy of its source's), ``"init_from"`` (a new
-    fine-tuned run: ``new_run_vocabulary``'s, ``source`` the ``init_from.InitSource``), else
-    ``"learned now"`` or ``"reused"`` (the one the data config names). A fine-tuned run never
-    learns one for its new corpus."""
+    a new run) trains with, the data config then naming its file. ``origin`` says where it comes
+    from: ``"own copy"`` (a fine-tuned run resuming keeps a copy of its source's), ``"init_from"``
+    (a new fine-tuned run: ``new_run_vocabulary``'s, ``source`` the ``init_from.InitSource``),
+    else ``"learned now"`` or ``"reused"`` (the one the data config names). A fine-tuned run
+    never learns one for its new corpus."""
     own = model_dir and os.path.join(model_dir, runs.VOCABULARY_FILE)
     if own and init_from.resumed_record(model_dir) and tf.io.gfile.exists(own):
         tokenizer = SubwordTokenizer.load(own)
