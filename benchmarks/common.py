@@ -206,16 +206,16 @@ def matmul_seconds(shapes, dtype, repeats=5):
 
 
 def real_batches(config, tokenizer, count):
-    """``count`` training batches as the trainer sees them, spread evenly over its first pass (at
-    most its first 50 * count batches; ``count=0``: all of the pass), and their padding beside that
-    of all the batches read. Not the first batches: a shuffled pass begins with the buckets that
-    fill first, more padded than the pass, and FLOP/s of real tokens would understate training's."""
+    """``count`` training batches as the trainer sees them, spread over its first pass (its first
+    50 * count batches at most; ``count=0``: all of it), with their padding and that of all read:
+    a pass starts with its most padded buckets, so its first batches would understate FLOP/s."""
     from keras_transformer import data
 
-    data.check_not_empty(config, tokenizer, "train")
     # One pass, read in part (so its tokenized pairs are not cached for passes never read).
     dataset = data.make_dataset(config, tokenizer, "train", training=True, read_in_part=True)
     window = list(dataset.take(50 * count) if count else dataset)
+    if not window:
+        data.check_not_empty(config, tokenizer, "train")  # raises, naming the corpus and why
     count = count or len(window)
     # The middle batch of each of ``count`` equal stretches of the window.
     batches = [window[int((i + 0.5) * len(window) / count)] for i in range(count)]

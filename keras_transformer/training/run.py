@@ -103,33 +103,24 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     return trainer.fit(train_fn, dev_fn, callbacks)
 
 
-def new_run_vocabulary(data_config: data.DataConfig, init_from_given: Optional[str] = None):
-    """``(tokenizer, data_config, source)``: the vocabulary a new run trains with. The one the data
-    config names (learned if missing), source None; for a fine-tuned run (``init_from_given``)
-    the source run's (``init_from.InitSource``), whatever the data flags would choose, the data
-    config then naming its file."""
-    if not init_from_given:
-        return data.load_or_learn_tokenizer(data_config)[0], data_config, None
-    source = init_from.resolve(init_from_given)
-    tokenizer = init_from.tokenizer_for(source, data_config.vocab_path)
-    return tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), source
-
-
 def run_vocabulary(data_config: data.DataConfig, model_dir: Optional[str],
                    init_from_given: Optional[str] = None):
     """``(tokenizer, data_config, source, origin)``: the vocabulary the run in ``model_dir`` (None:
     a new run) trains with, the data config then naming its file. ``origin`` says where it comes
     from: ``"own copy"`` (a fine-tuned run resuming keeps a copy of its source's), ``"init_from"``
-    (a new fine-tuned run: ``new_run_vocabulary``'s, ``source`` the ``init_from.InitSource``),
-    else ``"learned now"`` or ``"reused"`` (the one the data config names). A fine-tuned run
-    never learns one for its new corpus."""
+    (a new fine-tuned run: its source run's, ``source`` the ``init_from.InitSource``), else
+    ``"learned now"`` or ``"reused"`` (the one the data config names, learned if missing). A
+    fine-tuned run never learns one for its new corpus."""
     own = model_dir and os.path.join(model_dir, runs.VOCABULARY_FILE)
     if own and init_from.resumed_record(model_dir) and tf.io.gfile.exists(own):
         tokenizer = SubwordTokenizer.load(own)
         return (tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), None,
                 "own copy")
-    if init_from_given:
-        return (*new_run_vocabulary(data_config, init_from_given), "init_from")
+    if init_from_given:  # the source's, whatever the data flags would choose
+        source = init_from.resolve(init_from_given)
+        tokenizer = init_from.tokenizer_for(source, data_config.vocab_path)
+        return (tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), source,
+                "init_from")
     tokenizer, learned = data.load_or_learn_tokenizer(data_config)
     return tokenizer, data_config, None, "learned now" if learned else "reused"
 

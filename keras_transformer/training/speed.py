@@ -60,13 +60,13 @@ def seconds_per_update_of_run(data_config, preset: str, model_overrides: Optiona
                               updates: int = TIMED, init_from: Optional[str] = None) -> float:
     """``seconds_per_update`` of the model ``training.run.train_run`` would build from the same
     arguments, on its first training batches, with the vocabulary a new run trains with
-    (``run.new_run_vocabulary``: learned if missing; a fine-tuned run's, ``init_from``, its
+    (``run.run_vocabulary``: learned if missing; a fine-tuned run's, ``init_from``, its
     source's)."""
     from keras_transformer import data
     from keras_transformer.config import TransformerConfig
-    from keras_transformer.training.run import new_run_vocabulary
+    from keras_transformer.training.run import run_vocabulary
 
-    tokenizer, data_config, _ = new_run_vocabulary(data_config, init_from)
+    tokenizer, data_config, _, _ = run_vocabulary(data_config, None, init_from)
     model_config = TransformerConfig.from_preset(preset, vocab_size=tokenizer.vocab_size,
                                                  **(model_overrides or {}))
     dataset = data.make_dataset(data_config, tokenizer, "train", training=True, repeat=True,
