@@ -83,7 +83,13 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
         def projected(rows, table):
             with tf.name_scope("output_projection"):
                 logits = tf.matmul(rows, table, transpose_b=True)
-            probs, per_token, correct, nll = _token_terms(tf.cast(logits, tf.float32), labels, eps)
+            # sum_k z_k is linear in the states: a product with the embeddings' column sum over
+            # [tokens, d_model] rather than a reduction over [tokens, K].
+            column_sums = tf.reduce_sum(tf.cast(table, tf.float32), 0) if eps else None
+            probs, per_token, correct, nll = _token_terms(
+                tf.cast(logits, tf.float32), labels, eps,
+                None if column_sums is None else tf.linalg.matvec(tf.cast(rows, tf.float32),
+                                                                  column_sums))
 
             def gradient(upstream, *_):
                 weight = (upstream * mask)[:, None]
@@ -99,7 +105,7 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
                 table_grad -= (1.0 - eps) * tf.math.unsorted_segment_sum(weighted_rows, labels,
                                                                          num_classes)
                 if eps:
-                    states_grad -= weight * (eps / num_classes) * tf.reduce_sum(table, 0)
+                    states_grad -= weight * (eps / num_classes) * column_sums
                     table_grad -= (eps / num_classes) * tf.reduce_sum(weighted_rows, 0)
                 return states_grad, table_grad
 
@@ -139,9 +145,10 @@ def _sums(labels, logits, label_smoothing, pad_id):
     return loss_sum, tf.reduce_sum(mask), correct, nll_sum
 
 
-def _token_terms(z, labels, eps):
+def _token_terms(z, labels, eps, logit_sums=None):
     """Per token of float32 logits z [tokens, K] and labels [tokens]: (softmax(z), the smoothed
-    loss, whether the label has the largest logit, the loss without smoothing)."""
+    loss, whether the label has the largest logit, the loss without smoothing). ``logit_sums``:
+    sum_k z_k per token if the caller has it, else summed here."""
     num_classes = z.shape[-1]
     row_max = tf.reduce_max(z, axis=-1)
     # Every pass over [tokens, K] costs memory traffic: the softmax is one (oneDNN) kernel, and
@@ -153,7 +160,9 @@ def _token_terms(z, labels, eps):
     nll = log_normalizer - label_logits
     per_token = nll + eps * label_logits
     if eps:
-        per_token -= (eps / num_classes) * tf.reduce_sum(z, axis=-1)
+        if logit_sums is None:
+            logit_sums = tf.reduce_sum(z, axis=-1)
+        per_token -= (eps / num_classes) * logit_sums
     correct = tf.cast(tf.greater_equal(label_logits, row_max), tf.float32)
     return probs, per_token, correct, nll
 
