@@ -59,8 +59,8 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
     backward products as it is, and its smoothing and one-hot parts reach the states and the
     embeddings as column sums, a gather and a segment sum, so no pass over [tokens, K] is added
     to the two products. In a lower precision (bfloat16) the softmax rounded before the
-    subtraction would lose the difference at the label, so there it is formed whole in float32
-    first, as the logits' own loss does.
+    subtraction would lose the difference at the label, so there the one-hot part is subtracted
+    at the labels in float32 first, in place, and the products read the softmax rounded once.
 
     ``real_tokens_only``: the projection and the loss see the real target tokens only, gathered
     from the padded batch first, so no product or pass over [tokens, K] is spent on padding (the
@@ -92,22 +92,30 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
                                                                   column_sums))
 
             def gradient(upstream, *_):
-                weight = (upstream * mask)[:, None]
-                if dtype != tf.float32:
-                    logit_grad = tf.cast(_logit_gradient(probs, labels, weight, eps), dtype)
-                    with tf.name_scope("output_projection"):
-                        return _projection_gradients(logit_grad, rows, table)
+                weight = tf.cast((upstream * mask)[:, None], dtype)
                 num_classes = table.shape[0]
                 weighted_rows = weight * rows
+                softmax_part, at_label = probs, 1.0 - eps  # at_label: the one-hot part of q'
+                if dtype != tf.float32:
+                    # Rounded to bfloat16, softmax(z) would lose its difference from 1 - eps at
+                    # the label: there it is subtracted in float32 first.
+                    at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
+                    softmax_part = tf.cast(tf.tensor_scatter_nd_sub(
+                        probs, at_labels, tf.fill(tf.shape(labels), at_label)), dtype)
+                    at_label = 0.0
                 with tf.name_scope("output_projection"):
-                    states_grad, table_grad = _projection_gradients(probs, weighted_rows, table)
-                states_grad = weight * (states_grad - (1.0 - eps) * tf.gather(table, labels))
-                table_grad -= (1.0 - eps) * tf.math.unsorted_segment_sum(weighted_rows, labels,
-                                                                         num_classes)
+                    states_grad, table_grad = _projection_gradients(softmax_part, weighted_rows,
+                                                                    table)
+                if at_label:
+                    states_grad -= at_label * tf.gather(table, labels)
+                    table_grad -= at_label * tf.math.unsorted_segment_sum(weighted_rows, labels,
+                                                                          num_classes)
                 if eps:
-                    states_grad -= weight * (eps / num_classes) * column_sums
-                    table_grad -= (eps / num_classes) * tf.reduce_sum(weighted_rows, 0)
-                return states_grad, table_grad
+                    uniform = eps / num_classes
+                    states_grad -= tf.cast(uniform * column_sums, dtype)
+                    table_grad -= tf.cast(uniform * tf.reduce_sum(
+                        tf.cast(weighted_rows, tf.float32), 0), dtype)
+                return weight * states_grad, table_grad
 
             return _masked_sums(per_token, correct, nll, mask), gradient
 
