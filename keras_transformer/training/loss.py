@@ -60,7 +60,7 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
     embeddings as column sums, a gather and a segment sum, so no pass over [tokens, K] is added
     to the two products. In a lower precision (bfloat16) the softmax rounded before the
     subtraction would lose the difference at the label, so there the one-hot part is subtracted
-    at the labels in float32 first, in place, and the products read the softmax rounded once.
+    at the labels in float32 first, and the products read that softmax rounded once.
 
     ``real_tokens_only``: the projection and the loss see the real target tokens only, gathered
     from the padded batch first, so no product or pass over [tokens, K] is spent on padding (the
