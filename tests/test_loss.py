@@ -177,6 +177,30 @@ def test_projection_inside_the_loss_is_the_loss_of_the_projected_logits(eps, jit
                                np.einsum("btk,btd->kd", logit_grad, rounded(states)), **tolerance)
 
 
+def test_bfloat16_gradient_keeps_the_difference_at_the_label():
+    """In bfloat16 the label's softmax(z)_y - (1 - eps) must be formed before rounding: softmax(z)_y
+    near 1 - eps rounded first (steps of 2^-8 there) would err by up to ~2e-3 in the gradient at
+    the label, which is itself a few hundredths. Logits exact in bfloat16 (identity embeddings,
+    the states the logits themselves), the float64 softmax gradient as reference."""
+    eps, num_classes = 0.1, 4
+    logits = np.zeros((1, 8, num_classes), np.float32)
+    logits[0, :, 1] = 3.5 + np.arange(8) * 3 / 64  # softmax(z)_1 from 0.917 to 0.938
+    labels = np.ones((1, 8), np.int32)
+    table = np.eye(num_classes, dtype=np.float32)
+    states = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(states)
+        loss_sum = projected_loss_and_accuracy(labels, tf.cast(states, "bfloat16"), table, eps)[0]
+    got = tape.gradient(loss_sum, states).numpy()[0]
+    z = logits[0].astype(np.float64)
+    softmax = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
+    q = np.full(z.shape, eps / num_classes)
+    q[:, 1] += 1.0 - eps
+    rounded_first = tf.cast(tf.cast(softmax, "bfloat16"), tf.float64).numpy()
+    assert np.abs(rounded_first - softmax)[:, 1].max() > 1e-3  # the error the test must not see
+    np.testing.assert_allclose(got, softmax - q, rtol=0, atol=2.5e-4)
+
+
 def test_token_accuracy(batch):
     labels, logits = batch
     correct, tokens = token_accuracy_counts(labels, logits)

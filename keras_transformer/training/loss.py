@@ -95,21 +95,23 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
                 weight = tf.cast((upstream * mask)[:, None], dtype)
                 num_classes = table.shape[0]
                 weighted_rows = weight * rows
-                softmax_part, at_label = probs, 1.0 - eps  # at_label: the one-hot part of q'
-                if dtype != tf.float32:
-                    # Rounded to bfloat16, softmax(z) would lose its difference from 1 - eps at
-                    # the label: there it is subtracted in float32 first.
+                one_hot = 1.0 - eps  # q' at the label, beyond the smoothing part
+                # float32: the one-hot part goes around the products (a gather, a segment sum).
+                # Rounded to bfloat16, softmax(z) would lose its difference from 1 - eps at the
+                # label: there it is subtracted in float32 before the products.
+                around = dtype == tf.float32
+                softmax_part = probs
+                if not around:
                     at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
                     softmax_part = tf.cast(tf.tensor_scatter_nd_sub(
-                        probs, at_labels, tf.fill(tf.shape(labels), at_label)), dtype)
-                    at_label = 0.0
+                        probs, at_labels, tf.fill(tf.shape(labels), one_hot)), dtype)
                 with tf.name_scope("output_projection"):
                     states_grad, table_grad = _projection_gradients(softmax_part, weighted_rows,
                                                                     table)
-                if at_label:
-                    states_grad -= at_label * tf.gather(table, labels)
-                    table_grad -= at_label * tf.math.unsorted_segment_sum(weighted_rows, labels,
-                                                                          num_classes)
+                if around:
+                    states_grad -= one_hot * tf.gather(table, labels)
+                    table_grad -= one_hot * tf.math.unsorted_segment_sum(weighted_rows, labels,
+                                                                         num_classes)
                 if eps:
                     uniform = eps / num_classes
                     states_grad -= tf.cast(uniform * column_sums, dtype)
