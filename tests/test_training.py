@@ -149,7 +149,7 @@ def test_accumulating_two_batches_equals_one_double_batch():
 @pytest.mark.parametrize("share_embeddings", [True, False])
 def test_step_gradients_are_those_of_the_models_own_logits(share_embeddings):
     """The step projects the decoder's output inside its loss (training.loss.
-    projected_loss_and_accuracy); its gradients of the loss sum must be those of the model's own
+    projected_loss_and_accuracy); its gradients of the mean loss must be those of the model's own
     logits (``model((source, target_in))``) under label_smoothed_cross_entropy, differentiated op
     by op, for every variable: the pre-softmax weights whether tied to the embeddings or not."""
     from keras_transformer.training.loss import label_smoothed_cross_entropy
@@ -165,7 +165,8 @@ def test_step_gradients_are_those_of_the_models_own_logits(share_embeddings):
     grads, stats = step._forward_backward(source, target_in, target)
     with tf.GradientTape() as tape:
         loss_sum, tokens = label_smoothed_cross_entropy(target, model((source, target_in)), 0.1)
-    want = tape.gradient(loss_sum, model.trainable_variables)
+        mean = loss_sum / tokens
+    want = tape.gradient(mean, model.trainable_variables)
     assert float(stats[0]) == pytest.approx(float(loss_sum), rel=1e-6)
     assert float(stats[1]) == float(tokens)
     for variable, got, expected in zip(model.trainable_variables, grads, want):

@@ -1,11 +1,12 @@
 """One training update, the same under every distribution strategy (sections 5.3, 5.4).
 
 Per replica and per micro-batch: forward and backward pass (optionally one XLA cluster,
-``jit_compile=True``), giving the gradient of the label-smoothed loss SUMMED over the
-micro-batch's real target tokens. After ``accumulation_steps`` micro-batches the summed
-gradients are divided by the number of real target tokens of the whole global batch (all
-replicas, all micro-batches), summed across replicas (one all-reduce) and handed to the
-optimizer, which applies Adam. Hence k accumulated micro-batches give exactly the update of one
+``jit_compile=True``), giving the gradient of the label-smoothed loss AVERAGED over the
+micro-batch's real target tokens. Each such gradient is weighted by its micro-batch's share of
+the real target tokens of the whole global batch (all replicas, all micro-batches), the
+weighted gradients are summed across micro-batches and replicas (one all-reduce) and handed to
+the optimizer, which applies Adam: the gradient of the loss averaged over the global batch's
+real target tokens. With one replica and no accumulation the weight is 1 and is not applied. Hence k accumulated micro-batches give exactly the update of one
 k-times larger batch, and N replicas exactly the update of one device on the same global batch.
 The step reports the global norm of that applied gradient; float16 loss scaling checks that same
 summed gradient for overflow, so every replica skips or applies the step together.
@@ -84,7 +85,7 @@ class TrainStep:
         grads = tape.gradient(objective, variables)
         grads = [
             tf.zeros_like(v, dtype=tf.float32) if g is None
-            else tf.cast(tf.convert_to_tensor(g), tf.float32) * num_tokens
+            else tf.cast(tf.convert_to_tensor(g), tf.float32)
             for g, v in zip(grads, variables)
         ]
         stats = [loss_sum, num_tokens, correct] + self._shape_stats(source, target_out)
@@ -97,6 +98,8 @@ class TrainStep:
 
     def _micro_fn(self, batch, accumulated=None):
         grads, stats = self._forward_backward(*_unpack(batch))
+        if self.accumulation_steps > 1:  # micro-batches add up as loss sums
+            grads = [g * stats[1] for g in grads]
         if accumulated is not None:
             grads = [a + g for a, g in zip(accumulated[0], grads)]
             stats = [a + s for a, s in zip(accumulated[1], stats)]
@@ -105,9 +108,12 @@ class TrainStep:
     def _apply_fn(self, accumulated, votes):
         grads, stats = accumulated
         context = tf.distribute.get_replica_context()
-        global_tokens = context.all_reduce(tf.distribute.ReduceOp.SUM, stats[1])
-        grads = context.all_reduce(tf.distribute.ReduceOp.SUM,
-                                   [g / tf.maximum(global_tokens, 1.0) for g in grads])
+        if self.accumulation_steps > 1 or context.num_replicas_in_sync > 1:
+            global_tokens = tf.maximum(
+                context.all_reduce(tf.distribute.ReduceOp.SUM, stats[1]), 1.0)
+            # A sum over micro-batches divides by all tokens; a mean counts its own share.
+            weight = (1.0 if self.accumulation_steps > 1 else stats[1]) / global_tokens
+            grads = context.all_reduce(tf.distribute.ReduceOp.SUM, [g * weight for g in grads])
         # The gradients of a scaled loss (float16): the norm of the unscaled ones.
         grad_norm = tf.linalg.global_norm(grads) / self._loss_scale()
         if self._optimizer_sums and context.num_replicas_in_sync > 1:
