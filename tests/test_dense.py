@@ -18,11 +18,11 @@ def keras_twin(ours, x):
     return theirs
 
 
-def outputs_and_gradients(layer, x):
+def outputs_and_gradients(layer, x, training=False):
     x = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = layer(x)
+        y = layer(x, training=training)
         loss = tf.reduce_sum(tf.cast(y, tf.float32) * tf.cast(tf.sin(y), tf.float32))
     return [np.asarray(tf.cast(t, tf.float32))
             for t in [y, *tape.gradient(loss, [x, *layer.trainable_variables])]]
@@ -31,14 +31,15 @@ def outputs_and_gradients(layer, x):
 @pytest.mark.parametrize("shape", [(3, 5, 8), (7, 8)])
 @pytest.mark.parametrize("activation", [None, "relu"])
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
-def test_dense_equals_keras_dense_with_gradients(shape, activation, dtype):
+@pytest.mark.parametrize("training", [False, True])  # True: the gradient written out
+def test_dense_equals_keras_dense_with_gradients(shape, activation, dtype, training):
     ours = Dense(16, activation=activation, dtype=dtype)
     x = RNG.normal(size=shape).astype("float32")
     ours.build(x.shape)
     theirs = keras_twin(ours, x)
     assert [v.path.split("/")[-1] for v in ours.weights] == ["kernel", "bias"]
     tolerance = 1e-5 if dtype == "float32" else 2e-2
-    for a, b in zip(outputs_and_gradients(ours, x), outputs_and_gradients(theirs, x)):
+    for a, b in zip(outputs_and_gradients(ours, x, training), outputs_and_gradients(theirs, x)):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, atol=tolerance * max(1.0, np.abs(b).max()))
     assert ours(x).shape == shape[:-1] + (16,)
@@ -81,16 +82,39 @@ def optimized_op_types(function, *inputs):
 
 
 @pytest.mark.parametrize("activation", [None, "relu"])
-def test_bias_and_relu_fuse_into_the_matmul(activation):
+@pytest.mark.parametrize("training", [False, True])
+def test_bias_and_relu_fuse_into_the_matmul(activation, training):
     """The reason for the layer: grappler's remapper turns MatMul, BiasAdd (and Relu) into one
-    fused kernel; keras.layers.Dense on [batch, length, features] keeps them apart."""
+    fused kernel, also inside the training path's custom gradient; keras.layers.Dense on
+    [batch, length, features] keeps them apart."""
     ours = Dense(16, activation=activation)
     x = tf.TensorSpec((4, 5, 8), tf.float32)
     ours.build(x.shape)
-    types = optimized_op_types(lambda v: ours(v), x)
+    types = optimized_op_types(lambda v: ours(v, training=training), x)
     fused = [t for t in types if "FusedMatMul" in t]
     assert len(fused) == 1, types
     assert not {"BiasAdd", "Relu", "AddV2", "Add"} & set(types), types
     theirs = keras.layers.Dense(16, activation=activation)
     theirs.build(x.shape)
     assert not [t for t in optimized_op_types(lambda v: theirs(v), x) if "FusedMatMul" in t]
+
+
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_a_bfloat16_bias_gradient_is_summed_in_float32(activation):
+    """Training in bfloat16, the bias gradient sums thousands of rows: against the float64 sum of
+    the same bfloat16 upstream gradient, only the final rounding to bfloat16 may differ
+    (TensorFlow's BiasAddGrad, summing in bfloat16, loses a large part of it here)."""
+    rows, units = 4096, 32
+    ours = Dense(units, activation=activation, dtype="mixed_bfloat16")
+    ours.build((None, 8))
+    # Positive inputs and kernel: every ReLU passes, so the sum is of the upstream alone.
+    ours.set_weights([np.abs(RNG.normal(size=(8, units))).astype("float32"),
+                      np.ones(units, "float32")])
+    x = tf.constant(np.abs(RNG.normal(size=(rows, 8))).astype("float32"))
+    upstream = tf.cast(tf.constant(RNG.normal(1.0, 3.0, size=(rows, units)), tf.float32),
+                       tf.bfloat16)
+    with tf.GradientTape() as tape:
+        y = ours(x, training=True)
+    bias_grad = tape.gradient(y, ours.bias, output_gradients=upstream)
+    want = np.sum(np.asarray(tf.cast(upstream, tf.float64)), 0)
+    np.testing.assert_allclose(np.asarray(bias_grad, np.float64), want, rtol=2.0 ** -8)

@@ -126,18 +126,19 @@ class MultiHeadAttention(keras.layers.Layer):
             kernel, bias = kernel * scale, bias * scale
         return kernel, bias
 
-    def _query(self, x):
+    def _query(self, x, training=False):
         """The scaled queries of ``x`` (``_weights_of``), [batch, length | rows, h * d_k]."""
-        return affine(x, *self._weights_of(self.query_projection), dtype=self.compute_dtype)
+        return affine(x, *self._weights_of(self.query_projection), dtype=self.compute_dtype,
+                      training=training)
 
-    def _project(self, x, projections):
+    def _project(self, x, projections, training=False):
         """The ``projections`` (Dense layers) of ``x`` [batch, length, d_model] as one matmul
         with their kernels side by side, each split into heads: [batch, heads, length, depth]
         per projection. The variables stay the separate layers' own (their checkpoints)."""
         weights = [self._weights_of(p) for p in projections]
         kernel = ops.concatenate([kernel for kernel, _ in weights], 1)
         bias = ops.concatenate([bias for _, bias in weights], 0)
-        fused = affine(x, kernel, bias, dtype=self.compute_dtype)
+        fused = affine(x, kernel, bias, dtype=self.compute_dtype, training=training)
         depths = [p.units // self.num_heads for p in projections]
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         if len(set(depths)) == 1:  # one transpose for all: [n, batch, heads, length, depth]
@@ -166,10 +167,11 @@ class MultiHeadAttention(keras.layers.Layer):
         (as Keras's ``return_attention_scores``)."""
         if key_value is None:  # Q, K and V of one input: one matmul
             q, key, value = self._project(query, (self.query_projection, self.key_projection,
-                                                  self.value_projection))
+                                                  self.value_projection), training)
         else:
-            q = self._split_heads(self._query(query), self.d_k)
-            key, value = self._project(key_value, (self.key_projection, self.value_projection))
+            q = self._split_heads(self._query(query, training), self.d_k)
+            key, value = self._project(key_value, (self.key_projection, self.value_projection),
+                                       training)
         outputs, weights = self._attend(q, key, value, attention_mask, training)
         batch, length = ops.shape(outputs)[0], ops.shape(outputs)[2]
         outputs = ops.reshape(ops.transpose(outputs, (0, 2, 1, 3)),
