@@ -201,6 +201,29 @@ def test_bfloat16_gradient_keeps_the_difference_at_the_label():
     np.testing.assert_allclose(got, softmax - q, rtol=0, atol=2.5e-4)
 
 
+@pytest.mark.parametrize("projected", [False, True])
+@pytest.mark.parametrize("vanishing", ["label", "padding"])
+def test_a_label_of_vanishing_probability_keeps_an_exact_loss(projected, vanishing):
+    """The loss reads logsumexp off the label's probability; where that underflows float32 (a
+    label logit far below the row's largest), for a real token or a padding position, the loss
+    must still be the float64 reference, finite, not inf or NaN."""
+    rng = np.random.default_rng(7)
+    logits = rng.normal(size=(2, 3, 11)).astype(np.float32)
+    labels = np.array([[4, 2, 0], [7, 1, 5]], np.int32)
+    # p_y about e^-150: zero in float32
+    logits[(1, 0, 7) if vanishing == "label" else (0, 2, 0)] = -150.0
+    if projected:  # logits = states @ embeddings^T, made exact: states as one-hot rows
+        embeddings = np.concatenate([logits.reshape(-1, 11).T, np.zeros((11, 2), np.float32)], 1)
+        states = np.eye(6, 8, dtype=np.float32).reshape(2, 3, 8)
+        loss_sum, tokens, _ = projected_loss_and_accuracy(labels, states, embeddings, 0.1)
+    else:
+        loss_sum, tokens, _ = loss_and_accuracy(labels, logits, 0.1)
+    want_sum, want_count = numpy_reference(labels, logits.astype(np.float64), 0.1)
+    assert float(tokens) == want_count == 5
+    assert (want_sum > 130) == (vanishing == "label")
+    assert float(loss_sum) == pytest.approx(want_sum, rel=1e-5)
+
+
 def test_token_accuracy(batch):
     labels, logits = batch
     correct, tokens = token_accuracy_counts(labels, logits)

@@ -87,7 +87,7 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
             # [tokens, d_model] rather than a reduction over [tokens, K].
             column_sums = tf.reduce_sum(tf.cast(table, tf.float32), 0) if eps else None
             probs, per_token, correct, nll = _token_terms(
-                tf.cast(logits, tf.float32), labels, eps,
+                tf.cast(logits, tf.float32), labels, mask, eps,
                 None if column_sums is None else tf.linalg.matvec(tf.cast(rows, tf.float32),
                                                                   column_sums))
 
@@ -143,7 +143,7 @@ def _sums(labels, logits, label_smoothing, pad_id):
     @tf.custom_gradient
     def smoothed(z):
         probs, per_token, correct, nll = _token_terms(
-            tf.reshape(z, [-1, num_classes]), labels, label_smoothing)
+            tf.reshape(z, [-1, num_classes]), labels, mask, label_smoothing)
 
         def gradient(upstream, *_):
             weight = (upstream * mask)[:, None]
@@ -155,18 +155,31 @@ def _sums(labels, logits, label_smoothing, pad_id):
     return loss_sum, tf.reduce_sum(mask), correct, nll_sum
 
 
-def _token_terms(z, labels, eps, logit_sums=None):
-    """Per token of float32 logits z [tokens, K] and labels [tokens]: (softmax(z), the smoothed
-    loss, whether the label has the largest logit, the loss without smoothing). ``logit_sums``:
-    sum_k z_k per token if the caller has it, else summed here."""
+# The smallest float32 probability whose logarithm is taken as exact: far above the subnormals,
+# which lose digits (and which oneDNN may flush to zero).
+_SMALLEST_EXACT_PROBABILITY = 1e-30
+
+
+def _token_terms(z, labels, mask, eps, logit_sums=None):
+    """Per token of float32 logits z [tokens, K], labels [tokens] and the mask of real tokens
+    [tokens]: (softmax(z), the smoothed loss, whether the label has the largest logit, the loss
+    without smoothing). ``logit_sums``: sum_k z_k per token if the caller has it, else summed
+    here."""
     num_classes = z.shape[-1]
     row_max = tf.reduce_max(z, axis=-1)
     # Every pass over [tokens, K] costs memory traffic: the softmax is one (oneDNN) kernel, and
-    # its largest entry, exp(0) / sum(exp(z - row_max)), gives logsumexp without a second
-    # exponential of the row.
+    # the label's probability gives logsumexp(z) = z_y - log p_y without another pass. Only when
+    # a real token's p_y is too small for its logarithm, the pass: the softmax's largest entry,
+    # exp(0) / sum(exp(z - row_max)), gives logsumexp for every row.
     probs = tf.nn.softmax(z)
-    log_normalizer = row_max - tf.math.log(tf.reduce_max(probs, axis=-1))
     label_logits = tf.gather(z, labels, batch_dims=1)
+    label_probs = tf.gather(probs, labels, batch_dims=1)
+    smallest = tf.reduce_min(tf.where(mask > 0, label_probs, 1.0))
+    log_normalizer = tf.cond(
+        smallest > _SMALLEST_EXACT_PROBABILITY,
+        # Padding rows (masked out of every sum) must stay finite: inf * 0 would be NaN.
+        lambda: label_logits - tf.math.log(tf.maximum(label_probs, _SMALLEST_EXACT_PROBABILITY)),
+        lambda: row_max - tf.math.log(tf.reduce_max(probs, axis=-1)))
     nll = log_normalizer - label_logits
     per_token = nll + eps * label_logits
     if eps:
