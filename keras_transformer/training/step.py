@@ -6,8 +6,9 @@ micro-batch's real target tokens. Each such gradient is weighted by its micro-ba
 the real target tokens of the whole global batch (all replicas, all micro-batches), the
 weighted gradients are summed across micro-batches and replicas (one all-reduce) and handed to
 the optimizer, which applies Adam: the gradient of the loss averaged over the global batch's
-real target tokens. With one replica and no accumulation the weight is 1 and is not applied. Hence k accumulated micro-batches give exactly the update of one
-k-times larger batch, and N replicas exactly the update of one device on the same global batch.
+real target tokens (with one replica and no accumulation the weight is 1, and is not applied).
+Hence k accumulated micro-batches give exactly the update of one k-times larger batch, and N
+replicas exactly the update of one device on the same global batch.
 The step reports the global norm of that applied gradient; float16 loss scaling checks that same
 summed gradient for overflow, so every replica skips or applies the step together.
 
@@ -80,7 +81,8 @@ class TrainStep:
                 target_out, states, self.model.softmax_embedding.embeddings,
                 self.label_smoothing, self.pad_id, real_tokens_only=not self.jit_compile)
             # Differentiate the local MEAN (times the loss scale for float16) so low-precision
-            # gradients keep the range of a mean loss; scaled back to a sum in float32 below.
+            # gradients keep the range of a mean loss; weighted in float32 (``_micro_fn``,
+            # ``_apply_fn``) only when micro-batches or replicas are combined.
             objective = self.optimizer.scale_loss(loss_sum / tf.maximum(num_tokens, 1.0))
         grads = tape.gradient(objective, variables)
         grads = [
