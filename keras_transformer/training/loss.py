@@ -175,12 +175,11 @@ def _token_terms(z, labels, mask, eps, logit_sums=None):
     label_logits = tf.gather(z, labels, batch_dims=1)
     label_probs = tf.gather(probs, labels, batch_dims=1)
     smallest = tf.reduce_min(tf.where(mask > 0, label_probs, 1.0))
-    log_normalizer = tf.cond(
+    nll = tf.cond(  # logsumexp(z) - z_y
         smallest > _SMALLEST_EXACT_PROBABILITY,
         # Padding rows (masked out of every sum) must stay finite: inf * 0 would be NaN.
-        lambda: label_logits - tf.math.log(tf.maximum(label_probs, _SMALLEST_EXACT_PROBABILITY)),
-        lambda: row_max - tf.math.log(tf.reduce_max(probs, axis=-1)))
-    nll = log_normalizer - label_logits
+        lambda: -tf.math.log(tf.maximum(label_probs, _SMALLEST_EXACT_PROBABILITY)),
+        lambda: row_max - tf.math.log(tf.reduce_max(probs, axis=-1)) - label_logits)
     per_token = nll + eps * label_logits
     if eps:
         if logit_sums is None:
