@@ -31,6 +31,21 @@ def test_tsv_and_two_files_give_the_same_pairs(tmp_path):
         data.load_text_pairs(config, "dev")
 
 
+@pytest.mark.parametrize("block", [1, 2, 3, 4096])
+def test_pairs_read_a_block_at_a_time_are_the_datasets_in_order(tmp_path, block):
+    """decoded_pairs (what the vocabulary, the dev BLEU and the floors read) hands over every
+    pair once, in order, whether the blocks divide the corpus or not; read_pairs' limit is a
+    prefix; training_texts alternates the two sides."""
+    many = [(f"{s} {i}", f"{t} {i}") for i in range(7) for s, t in PAIRS]
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("".join(f"{s}\t{t}\n" for s, t in many), encoding="utf-8")
+    config = data.DataConfig(dataset="files", train_data=str(tsv), data_dir=str(tmp_path))
+    pairs = data.load_text_pairs(config, "train")
+    assert list(data.decoded_pairs(pairs, block=block)) == read_all(pairs) == many
+    assert data.read_pairs(config, "train", 5) == ([s for s, _ in many[:5]], [t for _, t in many[:5]])
+    assert list(data.training_texts(config)) == [text for pair in many for text in pair]
+
+
 def write(path, text):
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     return str(path)

@@ -72,11 +72,11 @@ def copy_run(trained, tmp_path):
 
 
 def test_crlf_and_byte_order_mark_are_not_part_of_the_sentences(tmp_path):
-    from keras_transformer.data import files
+    from keras_transformer.data import files, pipeline
 
     path = tmp_path / "windows.tsv"
     path.write_bytes("\ufeffGood morning.\tGuten Morgen.\r\nThanks.\tDanke.\r\n".encode("utf-8"))
-    pairs = list(files.read_pairs(files.parse_spec(str(path))))
+    pairs = list(pipeline.decoded_pairs(files.load(files.parse_spec(str(path)))))
     assert pairs == [("Good morning.", "Guten Morgen."), ("Thanks.", "Danke.")]
 
 

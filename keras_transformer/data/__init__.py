@@ -22,6 +22,7 @@ _EXPORTS = {
     "SPLITS": "keras_transformer.data.pipeline",
     "bucket_spec": "keras_transformer.data.pipeline",
     "check_not_empty": "keras_transformer.data.pipeline",
+    "decoded_pairs": "keras_transformer.data.pipeline",
     "load_or_learn_tokenizer": "keras_transformer.data.pipeline",
     "load_text_pairs": "keras_transformer.data.pipeline",
     "make_dataset": "keras_transformer.data.pipeline",
@@ -36,7 +37,7 @@ _EXPORTS = {
 __all__ = [
     "BatchStats", "BucketSpec", "DATASETS", "DING_DATASET", "DataConfig", "LIBREOFFICE_DATASET", "DataNotFoundError", "LengthStats",
     "SPLITS", "batch_statistics", "bucket_batch", "bucket_boundaries", "bucket_spec",
-    "check_not_empty",
+    "check_not_empty", "decoded_pairs",
     "distributed_dataset_fn", "encode_pairs", "length_statistics", "load_or_learn_tokenizer",
     "load_text_pairs", "make_batches", "make_dataset", "make_distributed_dataset_fn",
     "prepare_offline", "read_pairs", "training_texts", "training_tokenizer",

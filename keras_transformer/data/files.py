@@ -143,9 +143,3 @@ def load(spec: FileSpec) -> "tf.data.Dataset":
         _lines_of(spec.source).map(tf.strings.strip),
         _lines_of(spec.target).map(tf.strings.strip),
     )
-
-
-def read_pairs(spec: FileSpec) -> Iterator[Tuple[str, str]]:
-    """The (source, target) pairs as Python strings (for learning the vocabulary)."""
-    for source, target in load(spec).as_numpy_iterator():
-        yield source.decode("utf-8"), target.decode("utf-8")

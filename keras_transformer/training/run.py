@@ -82,10 +82,8 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     if dev_fn is not None and dev_bleu_sentences:
         from keras_transformer.training.dev_bleu import DevBleu
 
-        pairs = list(data.load_text_pairs(data_config, "dev", dev_bleu_sentences)
-                     .as_numpy_iterator())
-        callbacks.append(DevBleu(tokenizer, [s.decode() for s, _ in pairs],
-                                 [t.decode() for _, t in pairs], keep_best=keep_best_bleu))
+        sources, references = data.read_pairs(data_config, "dev", dev_bleu_sentences)
+        callbacks.append(DevBleu(tokenizer, sources, references, keep_best=keep_best_bleu))
     callbacks += extra_callbacks
     callbacks.append(ProgressLine(log, training_config.train_steps))
     if chief:
