@@ -256,6 +256,7 @@ def case_id(case):
 
 
 @pytest.mark.parametrize("case", COMMAND_CASES, ids=[case_id(c) for c in COMMAND_CASES])
+@pytest.mark.slow
 def test_bad_input_is_one_line_naming_the_flag_and_leaves_nothing(world, case, tmp_path):
     command, args, message = case
     args = [arg.format(**world) for arg in args]

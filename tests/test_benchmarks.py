@@ -13,6 +13,7 @@ pytest.importorskip("ctranslate2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_smoke_run_reports_every_part(tmp_path):
     # One test, not a module fixture shared by several: under pytest-xdist each worker would
     # run the fixture (minutes) again.

@@ -192,6 +192,7 @@ def scored(stdout, base, output):
     return data_line.group(0), int(count.group(1)), float(sacre.group(1)), hypotheses
 
 
+@pytest.mark.slow
 def test_an_export_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_files):
     base = trained_on_files
     with open(base / "saved_models" / "files" / "1" / "assets" / "config.json") as stream:

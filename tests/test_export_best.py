@@ -76,6 +76,7 @@ def translator():
     return small_translator(beam_size=2)
 
 
+@pytest.mark.slow
 def test_exactly_one_export_is_left_the_best_with_its_weights(translator, tmp_path):
     model_dir = str(tmp_path / "run")
     trainer = run_folder(translator, model_dir)
@@ -138,6 +139,7 @@ callback.on_dev(4, {{"bleu": 2.0}})
 """
 
 
+@pytest.mark.slow
 def test_a_sigkill_during_an_export_leaves_the_previous_best_intact(translator, tmp_path):
     model_dir = str(tmp_path / "run")
     child = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE, model_dir=model_dir)],

@@ -184,6 +184,7 @@ def tiny_run(tmp_path):
     return run
 
 
+@pytest.mark.slow
 def test_the_command_draws_every_picture_and_replots_its_points(tmp_path):
     run = tiny_run(tmp_path)
     results, output = tmp_path / "results", tmp_path / "images"

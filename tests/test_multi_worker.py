@@ -101,6 +101,7 @@ def model_weights(prefix):
             if name.startswith("model_variables/")}
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_worker_stops_both_at_one_step_and_the_job_resumes_there(tmp_path, corpus):
     steps = 100
     shared = [f"--model_dir={tmp_path / 'run'}", f"--train_steps={steps}", "--dev_every_steps=0",
@@ -132,6 +133,7 @@ def test_sigterm_to_one_worker_stops_both_at_one_step_and_the_job_resumes_there(
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_a_lost_worker_ends_the_job_retryably_and_a_sigterm_to_all_stops_them_together(tmp_path,
                                                                                        corpus):
     shared = [f"--model_dir={tmp_path / 'run'}", "--train_steps=100000", "--dev_every_steps=0",
@@ -167,6 +169,7 @@ def files_below(folder):
                   for d, _, names in os.walk(folder) for f in names)
 
 
+@pytest.mark.slow
 def test_only_the_chief_writes_and_workers_must_share_its_model_dir(tmp_path, corpus):
     """Worker 1 gets a --model_dir and --export_dir of its own: nothing may reach them (on a cluster
     they would be the same shared folders), and no temporary folder of either worker remains."""
@@ -204,6 +207,7 @@ def test_only_the_chief_writes_and_workers_must_share_its_model_dir(tmp_path, co
                                "weights (the chief's step: 8)"), restarted.output(index)[-2000:]
 
 
+@pytest.mark.slow
 def test_uneven_shards_take_the_same_steps_without_hanging(tmp_path):
     processes = [subprocess.Popen([sys.executable, CHILD, "uneven", str(tmp_path / f"{i}.json"),
                                    str(tmp_path / "model")], env=environment(config),

@@ -64,6 +64,7 @@ def smoke(tmp_path_factory):
     return tmp_path, stdout
 
 
+@pytest.mark.slow
 def test_every_stage_runs_and_is_announced(smoke):
     _, stdout = smoke
     # the start line names the recipe (--mixed_precision=float32 given: the float32 kind's) and
@@ -402,6 +403,7 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
             {"d_model": 192, "d_ff": 768} if bf16_cpu else {"d_model": None, "d_ff": None})
 
 
+@pytest.mark.slow
 def test_a_run_on_a_time_budget_times_itself_and_trains_with_the_warmup_it_announces(tmp_path):
     """The timing for real, in the command: its line gives the seconds per update and the updates
     they make of the minutes, and the trainer's config records the warm-up the line names."""
@@ -500,6 +502,7 @@ def test_the_train_stage_gives_the_warmup_its_replicas(monkeypatch, tmp_path, ca
     assert trained[0][0].warmup_steps == 1000 and trained[0][1] is two_replicas
 
 
+@pytest.mark.slow
 def test_learning_curve_of_the_run(smoke):
     tmp_path, _ = smoke
     output = tmp_path / "curve.png"
@@ -585,6 +588,7 @@ quickstart.stage_export(translator=None)
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_with_a_moving_average_the_better_on_dev_is_evaluated_and_the_best_exported(tmp_path):
     code, stdout, stderr = run(*small_run_flags(tmp_path, corpus(tmp_path)), "--ema_decay=0.5",
                                "--export_best")

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from toy import write_word_for_word_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +31,7 @@ def sweep(tmp_path, *args):
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_path):
     extra = toy_extra_flags(tmp_path)
     # An earlier sweep's records: one the row replaces (same row, seed, kind, flags), one it keeps.
@@ -77,6 +80,7 @@ def test_a_row_trains_its_flags_for_the_given_updates_scores_dev_and_merges(tmp_
     assert table.index(first) < table.index(second)
 
 
+@pytest.mark.slow
 def test_a_row_that_changes_the_step_cost_gets_mini_updates_scaled_by_the_timed_costs(tmp_path):
     """The kind's mini updates, times mini's seconds per update over the row's (its own model on its
     own batches, timed here): a 6+6-layer model of the tiny preset's width (2+2) makes fewer."""
@@ -187,6 +191,7 @@ print(json.dumps([found, afresh, recipe.KINDS["bf16"]["updates"]]))
         f"recipe: error: {tmp_path / 'results' / 'step_costs.json'}: not a JSON file")
 
 
+@pytest.mark.slow
 def test_selection_rows_choose_among_mini_kept_checkpoints_and_score_them_as_the_quickstart(
         tmp_path, monkeypatch):
     """A selection row trains nothing: mini trains first (keeping its checkpoints), the row

@@ -80,6 +80,7 @@ def test_crlf_and_byte_order_mark_are_not_part_of_the_sentences(tmp_path):
     assert pairs == [("Good morning.", "Guten Morgen."), ("Thanks.", "Danke.")]
 
 
+@pytest.mark.slow
 def test_a_non_finite_update_exits_1_and_saves_averages_and_exports_nothing(trained, tmp_path):
     model_dir = copy_run(trained, tmp_path)
     code, _, stderr = run(["-m", "trainers.wmt", *wmt_flags(trained, model_dir),

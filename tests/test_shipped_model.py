@@ -70,6 +70,7 @@ def test_translate_without_a_model_flag_uses_the_shipped_model(tmp_path):
     assert not os.listdir(tmp_path), "translate wrote into the working directory"
 
 
+@pytest.mark.slow
 def test_evaluate_the_shipped_model_reproduces_its_readme(tmp_path):
     """No data flag: the export's recorded corpus is scored, and the sacreBLEU equals the one
     saved_models/README.md states for the test split."""

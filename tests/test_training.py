@@ -82,6 +82,7 @@ def config(model_dir, **overrides):
 
 # --- one step on several devices / several micro-batches ---------------------------------------
 
+@pytest.mark.slow
 def test_mirrored_two_devices_equals_one_device(tmp_path):
     """MirroredStrategy over 2 logical CPUs vs one device on the same global batch, whose halves
     hold very different numbers of real tokens (a per-replica mean would differ)."""
@@ -409,6 +410,7 @@ def test_averaging_refuses_a_non_finite_checkpoint(tmp_path):
         average_checkpoints(_build(keras.optimizers.SGD()), checkpoint_paths(str(tmp_path)))
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path):
     killed_dir, reference_dir = tmp_path / "killed", tmp_path / "reference"
     reference = start_child("train", tmp_path / "reference.json", reference_dir, 30)
@@ -460,6 +462,7 @@ def test_wmt_rejects_bad_flags_at_start():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
     """The user's command end to end on tiny TSV files: vocabulary, 2 mirrored logical CPUs,
     progress lines, checkpoints, averaging, summary."""

@@ -106,6 +106,7 @@ def test_checkpoint_mode_matches_in_memory_translator_in_input_order(setup, chec
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_output):
     export_dir = str(setup["base"] / "saved_models")
     code, stdout, stderr = run("export", f"--model_dir={setup['model_dir']}", f"--export_dir={export_dir}",
@@ -424,6 +425,7 @@ def test_sampling_at_top_k_one_is_the_greedy_search(setup):
     assert [score for score, _ in rows] == pytest.approx(greedy.scores.numpy().tolist(), abs=2e-4)
 
 
+@pytest.mark.slow
 def test_an_ensemble_of_a_run_with_itself_translates_and_evaluates_as_the_run(setup, checkpoint_output):
     twice = f"{setup['model_dir']},{setup['model_dir']}"
     output = str(setup["base"] / "ensemble.txt")

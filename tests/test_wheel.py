@@ -128,6 +128,7 @@ def clone_paths_named(name):
     return found
 
 
+@pytest.mark.slow
 def test_every_notebook_runs_from_the_wheel_outside_the_clone(wheel, dependencies, help_pages,
                                                              tmp_path):
     venv = fresh_venv(tmp_path / "venv", dependencies)
