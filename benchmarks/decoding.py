@@ -130,8 +130,7 @@ def load_model_and_sentences():
                      "through the output lengths, see the length sweep)")
     if data_config is None:
         raise app.UsageError(f"{FLAGS.model_dir}/config.json records no data config: no test set.")
-    pairs = data.load_text_pairs(data_config, "test").as_numpy_iterator()
-    sentences = [source.decode("utf-8") for source, _ in pairs]
+    sentences, _ = data.read_pairs(data_config, "test")
     return model, tokenizer, sentences, described + f"; {data_config.dataset} test sentences"
 
 
