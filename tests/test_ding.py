@@ -110,10 +110,18 @@ def test_file_without_sentence_pairs_is_an_error(tmp_path):
         ding.extract_pairs(str(path))
 
 
-def test_tfds_builder_serves_the_hash_splits(tmp_path):
+def test_tfds_builder_serves_the_hash_splits(tmp_path, monkeypatch):
+    import tempfile
+
     import tensorflow_datasets as tfds
 
     from keras_transformer import data
+
+    # TFDS leaves an empty folder in the system's temporary folder for each builder it makes
+    # before its dataset is prepared; ours must leave none (a private temporary folder shows it).
+    system_temporary = tmp_path / "system_temporary"
+    system_temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temporary))
 
     # Enough synthetic entries that validation and test are not empty.
     lines = [FIXTURE] + [
@@ -140,6 +148,7 @@ def test_tfds_builder_serves_the_hash_splits(tmp_path):
             prefix = [(a.decode(), b.decode())
                       for a, b in data.load_text_pairs(config, split, limit).as_numpy_iterator()]
             assert prefix == ours[:limit]
+    assert [p.name for p in system_temporary.iterdir() if p.is_dir()] == []
 
     # A different dictionary file is not served silently from the old preparation.
     source.write_text("".join(lines[:-1]), encoding="utf-8")

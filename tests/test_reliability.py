@@ -110,11 +110,17 @@ PROMPT_EXIT_SECONDS = 10
 
 def interrupt(stage, signal_name, module, flags, cwd):
     sent_at = cwd / "signal_sent_at"
+    # The program's own temporary folder: the prompt exit skips the interpreter's clean-up, which
+    # is where autograph removes the code files it writes there.
+    temporary = cwd / "system_temporary"
+    temporary.mkdir()
     process = subprocess.run([sys.executable, INTERRUPTING, stage, signal_name, module, *flags],
-                             cwd=cwd, env=environment(SIGNAL_SENT_AT=str(sent_at)),
+                             cwd=cwd, env=environment(SIGNAL_SENT_AT=str(sent_at),
+                                                      TMPDIR=str(temporary)),
                              capture_output=True, text=True, errors="replace", timeout=300)
     ended = time.time()
     assert sent_at.exists(), process.stderr[-3000:]
+    assert os.listdir(temporary) == [], "left in the temporary folder"
     return process.returncode, process.stderr, ended - float(sent_at.read_text())
 
 

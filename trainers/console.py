@@ -83,6 +83,16 @@ def help_command() -> str:
     return f"python -m {module} --help" if module else f"python {sys.argv[0]} --help"
 
 
+def _remove_autograph_files():
+    """What the interpreter's exit would have removed: autograph writes each function it converts
+    to a file in the temporary folder (loaded as module ``__autograph_generated_file...``) and
+    deletes the files from ``atexit`` hooks, which ``os._exit`` skips."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("__autograph_generated_file"):
+            with contextlib.suppress(OSError, TypeError):
+                os.remove(module.__file__)
+
+
 def error_exit(message, status: int = 1):
     """Ends the program with one line ``PROGRAM: error: MESSAGE`` on stderr."""
     text = " ".join(str(message).split("\n"))
@@ -204,6 +214,7 @@ def run(main):
             sys.stdout.flush()
             # Every file is closed by now; skipping the interpreter's clean-up of TensorFlow
             # (seconds on a busy machine) is what makes the exit prompt.
+            _remove_autograph_files()
             os._exit(interrupted.exit_status)
         except (ValueError, OSError) as error:
             if isinstance(error, OSError) and error.filename:

@@ -4,13 +4,35 @@ Both ``ding_de_en`` and ``libreoffice_help_en_de`` read a local source (a file, 
 instead of downloading, and split it by a rule of their own. :func:`make_builder_class` turns
 such a corpus into a ``tfds.core.GeneratorBasedBuilder`` serving features ``en`` and ``de``
 and splits train/validation/test, exactly like ``wmt14_translate/de-en``; the class name
-decides the TFDS name (``DingDeEn`` -> ``ding_de_en``).
+decides the TFDS name (``DingDeEn`` -> ``ding_de_en``). Its builders, and the WMT14 ones the
+``wmt`` module makes, are made inside :func:`no_stray_tfds_folder`.
 """
 
+import contextlib
 import os
+import shutil
+import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
 Pairs = List[Tuple[str, str]]
+
+
+@contextlib.contextmanager
+def no_stray_tfds_folder():
+    """Makes TFDS builders inside it without leaving a folder in the system's temporary folder.
+
+    TFDS makes an empty ``tempfile.mkdtemp("tfds")`` folder whenever it builds a dataset's info
+    before the dataset is prepared (``DatasetInfo.initialize_from_bucket`` makes it before it learns
+    that its GCS bucket is off) and never removes it: one stray folder per new ``data_dir``. Inside
+    this context Python's temporary folder is a folder of ours, removed after.
+    """
+    scratch = tempfile.mkdtemp(prefix="keras_transformer_tfds_")
+    previous, tempfile.tempdir = tempfile.tempdir, scratch
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def make_builder_class(
@@ -38,7 +60,8 @@ def make_builder_class(
 
     def __init__(self, **kwargs):
         self._source = kwargs.pop(source_kwarg, None)
-        tfds.core.GeneratorBasedBuilder.__init__(self, **kwargs)
+        with no_stray_tfds_folder():
+            tfds.core.GeneratorBasedBuilder.__init__(self, **kwargs)
 
     def _info(self):
         return tfds.core.DatasetInfo(

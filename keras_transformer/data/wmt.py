@@ -14,6 +14,8 @@ from typing import Tuple
 
 import tensorflow as tf
 
+from keras_transformer.data.offline_builder import no_stray_tfds_folder
+
 # Our dataset name -> (TFDS name, target language).
 WMT14 = {
     "wmt14_en_de": ("wmt14_translate/de-en", "de"),
@@ -52,10 +54,11 @@ def load(dataset: str, split: str, data_dir: str) -> tf.data.Dataset:
 
     tfds_name, target = WMT14[dataset]
     try:
-        examples = tfds.load(
-            tfds_name, split=tfds_split(split), data_dir=data_dir, download=False,
-            shuffle_files=False,
-        )
+        with no_stray_tfds_folder():
+            examples = tfds.load(
+                tfds_name, split=tfds_split(split), data_dir=data_dir, download=False,
+                shuffle_files=False,
+            )
     except AssertionError:  # TFDS's "could not find data in ..." when nothing is prepared
         raise DataNotFoundError(not_found_message(dataset, data_dir)) from None
     return examples.map(lambda ex: (ex["en"], ex[target]), num_parallel_calls=tf.data.AUTOTUNE)
@@ -66,7 +69,8 @@ def download_and_prepare(dataset: str, data_dir: str) -> Tuple[str, int]:
     import tensorflow_datasets as tfds
 
     tfds_name, _ = WMT14[dataset]
-    builder = tfds.builder(tfds_name, data_dir=data_dir)
+    with no_stray_tfds_folder():
+        builder = tfds.builder(tfds_name, data_dir=data_dir)
     try:
         builder.download_and_prepare()
     except Exception as e:  # network errors come in many types; one message for all
