@@ -48,7 +48,7 @@ flags.DEFINE_integer("profiled_passes", 1, "Passes over the batches under the pr
                      lower_bound=1)
 flags.DEFINE_integer("sync_rounds", 3, "Alternating rounds of the host-sync A/B.", lower_bound=1)
 flags.DEFINE_integer("top_ops", 12, "Most expensive single ops listed per configuration.")
-flags.DEFINE_string("logdir", None, "Where the traces go (default a temporary directory).")
+flags.DEFINE_string("logdir", None, "Where the traces stay (default: a temporary folder, removed).")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "profile.md"), "Markdown output "
                     "(the JSON goes next to it).")
 flags.DEFINE_bool("main_job", False, "Profile the main job's step instead of --presets: its preset, "
@@ -347,20 +347,21 @@ def main(argv):
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     batches, padding = common.real_batches(config, tokenizer, count)
     cpu, wall = pipeline_cpu_seconds(config, tokenizer, max(count, 4))
-    logdir = FLAGS.logdir or tempfile.mkdtemp(prefix="profile_step_")
     rows = []
-    for preset in presets:
-        for precision in precisions:
-            options = common.main_job_options(precision) if main_job else None
-            row = measure(preset, precision, tokenizer.vocab_size, batches,
-                          os.path.join(logdir, f"{preset}_{precision}"), options)
-            if main_job:
-                row.update(model=common.main_job_label(precision), model_options=options)
-            rows.append(row)
-            top = sorted(row["categories"].items(), key=lambda kv: -kv[1])[:4]
-            label = row.get("model", preset)
-            print(f"  {label} {precision}: {row['step_seconds_profiled']:.3f} s/step; " + ", ".join(
-                f"{name} {percent(s, row['step_seconds_profiled'])}" for name, s in top), flush=True)
+    with tempfile.TemporaryDirectory(prefix="profile_step_") as scratch:
+        logdir = FLAGS.logdir or scratch  # the traces stay only where --logdir says
+        for preset in presets:
+            for precision in precisions:
+                options = common.main_job_options(precision) if main_job else None
+                row = measure(preset, precision, tokenizer.vocab_size, batches,
+                              os.path.join(logdir, f"{preset}_{precision}"), options)
+                if main_job:
+                    row.update(model=common.main_job_label(precision), model_options=options)
+                rows.append(row)
+                top = sorted(row["categories"].items(), key=lambda kv: -kv[1])[:4]
+                seconds, label = row["step_seconds_profiled"], row.get("model", preset)
+                print(f"  {label} {precision}: {seconds:.3f} s/step; " + ", ".join(
+                    f"{name} {percent(s, seconds)}" for name, s in top), flush=True)
     result = {"machine": common.machine(), "batches": count, "main_job": main_job,
               "profiled_passes": FLAGS.profiled_passes,
               "data": {"dataset": config.dataset, "token_budget": config.token_budget,
