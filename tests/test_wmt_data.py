@@ -5,7 +5,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from keras_transformer import data
-from keras_transformer.data import batching
+from keras_transformer.data import batching, pipeline
 
 from test_batching import NumberTokenizer
 
@@ -54,6 +54,23 @@ def test_default_random_mock_data_loads(tmp_path):
     with tfds.testing.mock_data(num_examples=7):
         pairs = list(data.load_text_pairs(config, "test").as_numpy_iterator())
     assert len(pairs) == 7 and all(isinstance(s, bytes) and isinstance(t, bytes) for s, t in pairs)
+
+
+def test_the_training_data_is_named_by_its_tfds_builder_without_a_stray_folder(tmp_path,
+                                                                              monkeypatch):
+    import os
+    import tempfile
+
+    # TFDS leaves an empty folder in the system's temporary folder for each builder it makes of
+    # a dataset not prepared (as mocked data is); ours must leave none.
+    temporary = tmp_path / "system_temporary"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    config = data.DataConfig(dataset="wmt14_en_de", data_dir=str(tmp_path / "data"))
+    with tfds.testing.mock_data(num_examples=7):
+        fingerprint = pipeline.data_fingerprint(config)
+    assert fingerprint.startswith("tfds:wmt14_translate/de-en/")
+    assert [p.name for p in temporary.iterdir() if p.is_dir()] == []
 
 
 def test_missing_wmt_data_gives_one_clear_message(tmp_path):
