@@ -14,9 +14,9 @@ from typing import Callable, Iterator, Optional, Tuple
 import tensorflow as tf
 
 from keras_transformer.data import batching, ding, files, libreoffice_help, wmt
-from keras_transformer.data.offline_builder import no_stray_tfds_folder
 from keras_transformer.data.config import (DING_DATASET, FILES_DATASET, OFFLINE_DATASETS,
                                            DataConfig)
+from keras_transformer.data.offline_builder import no_stray_tfds_folder
 from keras_transformer import writing
 from keras_transformer.tokenizer import SubwordTokenizer
 
