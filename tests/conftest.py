@@ -1,8 +1,21 @@
 """Shared test set-up. Keep it small: per-module fixtures live in their test files."""
 
 import os
+import tempfile
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@pytest.fixture
+def system_temporary(tmp_path, monkeypatch):
+    """An empty folder standing in for the system's temporary folder (``tempfile``'s) during the
+    test: what the code leaves behind there shows in it."""
+    folder = tmp_path / "system_temporary"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 def pytest_collection_modifyitems(items):

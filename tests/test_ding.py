@@ -110,18 +110,13 @@ def test_file_without_sentence_pairs_is_an_error(tmp_path):
         ding.extract_pairs(str(path))
 
 
-def test_tfds_builder_serves_the_hash_splits(tmp_path, monkeypatch):
-    import tempfile
-
+def test_tfds_builder_serves_the_hash_splits(tmp_path, system_temporary):
     import tensorflow_datasets as tfds
 
     from keras_transformer import data
 
     # TFDS leaves an empty folder in the system's temporary folder for each builder it makes
-    # before its dataset is prepared; ours must leave none (a private temporary folder shows it).
-    system_temporary = tmp_path / "system_temporary"
-    system_temporary.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(system_temporary))
+    # before its dataset is prepared; ours must leave none.
 
     # Enough synthetic entries that validation and test are not empty.
     lines = [FIXTURE] + [

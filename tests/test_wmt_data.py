@@ -57,20 +57,14 @@ def test_default_random_mock_data_loads(tmp_path):
 
 
 def test_the_training_data_is_named_by_its_tfds_builder_without_a_stray_folder(tmp_path,
-                                                                              monkeypatch):
-    import os
-    import tempfile
-
+                                                                              system_temporary):
     # TFDS leaves an empty folder in the system's temporary folder for each builder it makes of
     # a dataset not prepared (as mocked data is); ours must leave none.
-    temporary = tmp_path / "system_temporary"
-    temporary.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     config = data.DataConfig(dataset="wmt14_en_de", data_dir=str(tmp_path / "data"))
     with tfds.testing.mock_data(num_examples=7):
         fingerprint = pipeline.data_fingerprint(config)
     assert fingerprint.startswith("tfds:wmt14_translate/de-en/")
-    assert [p.name for p in temporary.iterdir() if p.is_dir()] == []
+    assert [p.name for p in system_temporary.iterdir() if p.is_dir()] == []
 
 
 def test_missing_wmt_data_gives_one_clear_message(tmp_path):

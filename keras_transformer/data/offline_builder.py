@@ -5,7 +5,7 @@ instead of downloading, and split it by a rule of their own. :func:`make_builder
 such a corpus into a ``tfds.core.GeneratorBasedBuilder`` serving features ``en`` and ``de``
 and splits train/validation/test, exactly like ``wmt14_translate/de-en``; the class name
 decides the TFDS name (``DingDeEn`` -> ``ding_de_en``). Its builders, and the WMT14 ones the
-``wmt`` and ``pipeline`` modules make, are made inside :func:`no_stray_tfds_folder`.
+``wmt`` module makes, are made inside :func:`no_stray_tfds_folder`.
 """
 
 import contextlib

@@ -16,7 +16,6 @@ import tensorflow as tf
 from keras_transformer.data import batching, ding, files, libreoffice_help, wmt
 from keras_transformer.data.config import (DING_DATASET, FILES_DATASET, OFFLINE_DATASETS,
                                            DataConfig)
-from keras_transformer.data.offline_builder import no_stray_tfds_folder
 from keras_transformer import writing
 from keras_transformer.tokenizer import SubwordTokenizer
 
@@ -135,11 +134,8 @@ def data_fingerprint(config: DataConfig) -> str:
     if config.dataset in OFFLINE_DATASETS:
         builder = prepare_offline(config)
     else:
-        import tensorflow_datasets as tfds
-
         load_text_pairs(config, "train")  # the clear "not prepared" error, if so
-        with no_stray_tfds_folder():  # mocked data (tests, the notebooks' smoke runs) is unprepared
-            builder = tfds.builder(wmt.WMT14[config.dataset][0], data_dir=config.data_dir)
+        builder = wmt.builder(config.dataset, config.data_dir)
     splits = builder.info.splits
     # No split metadata: data served by tfds.testing.mock_data (tests, notebook smoke runs).
     size = splits["train"].num_examples if "train" in splits else "unknown"

@@ -64,18 +64,23 @@ def load(dataset: str, split: str, data_dir: str) -> tf.data.Dataset:
     return examples.map(lambda ex: (ex["en"], ex[target]), num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def download_and_prepare(dataset: str, data_dir: str) -> Tuple[str, int]:
-    """Downloads and prepares a WMT14 pair (needs a network); returns (TFDS name, train size)."""
+def builder(dataset: str, data_dir: str):
+    """The TFDS builder of a WMT14 pair in ``data_dir`` (prepared or not; nothing is downloaded)."""
     import tensorflow_datasets as tfds
 
-    tfds_name, _ = WMT14[dataset]
     with no_stray_tfds_folder():
-        builder = tfds.builder(tfds_name, data_dir=data_dir)
+        return tfds.builder(WMT14[dataset][0], data_dir=data_dir)
+
+
+def download_and_prepare(dataset: str, data_dir: str) -> Tuple[str, int]:
+    """Downloads and prepares a WMT14 pair (needs a network); returns (TFDS name, train size)."""
+    tfds_name, _ = WMT14[dataset]
+    wmt_builder = builder(dataset, data_dir)
     try:
-        builder.download_and_prepare()
+        wmt_builder.download_and_prepare()
     except Exception as e:  # network errors come in many types; one message for all
         raise DataNotFoundError(
             f"downloading {tfds_name} failed ({type(e).__name__}: {str(e)[:200]}).\n"
             + not_found_message(dataset, data_dir)
         ) from None
-    return tfds_name, builder.info.splits["train"].num_examples
+    return tfds_name, wmt_builder.info.splits["train"].num_examples
