@@ -201,6 +201,52 @@ def test_bfloat16_gradient_keeps_the_difference_at_the_label():
     np.testing.assert_allclose(got, softmax - q, rtol=0, atol=2.5e-4)
 
 
+@pytest.mark.parametrize("real_tokens_only", [False, True])
+def test_bfloat16_gradients_are_not_rounded_after_every_term(real_tokens_only):
+    """bfloat16's gradients of the states and the embeddings are rounded once after their
+    products: the scale (1 / tokens, not a power of two), the smoothing part and the mask follow
+    in float32, so the embeddings' gradient (float32) has the error of one rounding of the exact
+    result and the states' of two (the product's, then bfloat16's). A rounding after each term
+    adds errors that a sum over the batch's tokens (LayerNorm's beta and gamma) collects. The
+    reference: float64 on the same bfloat16 inputs of both products."""
+    rounded = lambda x: tf.cast(tf.cast(x, tf.bfloat16), tf.float64).numpy()
+    rng = np.random.default_rng(3)
+    eps, width, num_classes = 0.1, 64, 300
+    states = rng.normal(size=(16, 32, width)).astype(np.float32)
+    table = rng.normal(scale=0.3, size=(num_classes, width)).astype(np.float32)
+    labels = rng.integers(1, num_classes, size=(16, 32)).astype(np.int32)
+    labels[:, 25:] = 0
+
+    @tf.function
+    def run(states, table):
+        with tf.GradientTape() as tape:
+            tape.watch([states, table])
+            loss_sum, tokens, _ = projected_loss_and_accuracy(
+                labels, tf.cast(states, tf.bfloat16), table, eps,
+                real_tokens_only=real_tokens_only)
+            objective = loss_sum / tokens
+        return tokens, tape.gradient(objective, [states, table])
+
+    tokens, (states_grad, table_grad) = run(tf.constant(states), tf.constant(table))
+    rows, embeddings = rounded(states).reshape(-1, width), rounded(table)
+    z = rounded(rows @ embeddings.T)  # the logits as the forward pass rounds them
+    softmax_part = np.exp(z - z.max(-1, keepdims=True))
+    softmax_part /= softmax_part.sum(-1, keepdims=True)
+    flat_labels = labels.reshape(-1)
+    softmax_part[np.arange(flat_labels.size), flat_labels] -= 1.0 - eps
+    softmax_part = rounded(softmax_part)  # rounded before the products by design (test above)
+    weight = (flat_labels != 0)[:, None] / float(tokens)
+    uniform = eps / num_classes
+    exact = {"states": weight * (softmax_part @ embeddings - uniform * embeddings.sum(0)),
+             "embeddings": (weight * softmax_part).T @ rows - uniform * (weight * rows).sum(0)}
+    got = {"states": states_grad.numpy().reshape(-1, width), "embeddings": table_grad.numpy()}
+    roundings = {name: np.sqrt(np.mean((got[name] - exact[name]) ** 2)
+                               / np.mean((rounded(exact[name]) - exact[name]) ** 2))
+                 for name in exact}
+    assert roundings["states"] < 1.6, roundings  # two roundings: sqrt(2)
+    assert roundings["embeddings"] < 1.2, roundings  # one
+
+
 @pytest.mark.parametrize("projected", [False, True])
 @pytest.mark.parametrize("vanishing", ["label", "padding"])
 def test_a_label_of_vanishing_probability_keeps_an_exact_loss(projected, vanishing):

@@ -60,7 +60,10 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
     embeddings as column sums, a gather and a segment sum, so no pass over [tokens, K] is added
     to the two products. In a lower precision (bfloat16) the softmax rounded before the
     subtraction would lose the difference at the label, so there the one-hot part is subtracted
-    at the labels in float32 first, and the products read that softmax rounded once.
+    at the labels in float32 first, and the products read that softmax rounded once; their
+    results, cast to float32, take the scale, the smoothing part and the mask there: the
+    embeddings' gradient (float32) is rounded only by its product, the states' once more, to
+    bfloat16, not after every term.
 
     ``real_tokens_only``: the projection and the loss see the real target tokens only, gathered
     from the padded batch first, so no product or pass over [tokens, K] is spent on padding (the
@@ -80,21 +83,23 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
         eps = float(label_smoothing)
 
         @tf.custom_gradient
-        def projected(rows, table):
+        def projected(rows, table32):
+            table = tf.cast(table32, dtype)
             with tf.name_scope("output_projection"):
                 logits = tf.matmul(rows, table, transpose_b=True)
             # sum_k z_k is linear in the states: a product with the embeddings' column sum over
             # [tokens, d_model] rather than a reduction over [tokens, K].
-            column_sums = tf.reduce_sum(tf.cast(table, tf.float32), 0) if eps else None
+            column_sums = tf.reduce_sum(table32, 0) if eps else None
             probs, per_token, correct, nll = _token_terms(
                 tf.cast(logits, tf.float32), labels, mask, eps,
                 None if column_sums is None else tf.linalg.matvec(tf.cast(rows, tf.float32),
                                                                   column_sums))
 
             def gradient(upstream, *_):
-                weight = tf.cast((upstream * mask)[:, None], dtype)
                 num_classes = table.shape[0]
-                weighted_rows = weight * rows
+                # Only the 0/1 mask (exact in any precision) before the products; the scale
+                # and the smoothing part after them, in float32.
+                masked_rows = rows if real_tokens_only else rows * tf.cast(mask, dtype)[:, None]
                 one_hot = 1.0 - eps  # q' at the label, beyond the smoothing part
                 # float32: the one-hot part goes around the products (a gather, a segment sum).
                 # Rounded to bfloat16, softmax(z) would lose its difference from 1 - eps at the
@@ -106,22 +111,23 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
                     softmax_part = tf.cast(tf.tensor_scatter_nd_sub(
                         probs, at_labels, tf.fill(tf.shape(labels), one_hot)), dtype)
                 with tf.name_scope("output_projection"):
-                    states_grad, table_grad = _projection_gradients(softmax_part, weighted_rows,
-                                                                    table)
+                    states_grad, table_grad = (tf.cast(product, tf.float32) for product in
+                                               _projection_gradients(softmax_part, masked_rows,
+                                                                     table))
                 if around:
-                    states_grad -= one_hot * tf.gather(table, labels)
-                    table_grad -= one_hot * tf.math.unsorted_segment_sum(weighted_rows, labels,
+                    states_grad -= one_hot * tf.gather(table32, labels)
+                    table_grad -= one_hot * tf.math.unsorted_segment_sum(masked_rows, labels,
                                                                          num_classes)
                 if eps:
                     uniform = eps / num_classes
-                    states_grad -= tf.cast(uniform * column_sums, dtype)
-                    table_grad -= tf.cast(uniform * tf.reduce_sum(
-                        tf.cast(weighted_rows, tf.float32), 0), dtype)
-                return weight * states_grad, table_grad
+                    states_grad -= uniform * column_sums
+                    table_grad -= uniform * tf.reduce_sum(tf.cast(masked_rows, tf.float32), 0)
+                states_weight = upstream if real_tokens_only else upstream * mask[:, None]
+                return tf.cast(states_weight * states_grad, dtype), upstream * table_grad
 
             return _masked_sums(per_token, correct, nll, mask), gradient
 
-        loss_sum, correct, _ = projected(rows, tf.cast(embeddings, dtype))
+        loss_sum, correct, _ = projected(rows, tf.cast(embeddings, tf.float32))
         return loss_sum, num_tokens, correct
 
 
