@@ -134,16 +134,13 @@ def test_sigterm_to_one_worker_stops_both_at_one_step_and_the_job_resumes_there(
 
 
 @pytest.mark.slow
-def test_a_lost_worker_ends_the_job_retryably_and_a_sigterm_to_all_stops_them_together(tmp_path,
-                                                                                       corpus):
+def test_a_lost_worker_ends_the_job_retryably_and_a_sigterm_to_all_stops_them_together(
+        tmp_path, corpus, system_temporary):
     shared = [f"--model_dir={tmp_path / 'run'}", "--train_steps=100000", "--dev_every_steps=0",
               "--dev_bleu_sentences=0", "--checkpoint_every_steps=3"]
     # A killed worker cannot remove its temporary files (autograph's code, a scratch save): they
-    # go to folders of the test's own, not the system's.
-    tmpdirs = [tmp_path / f"tmp{i}" for i in range(2)]
-    for folder in tmpdirs:
-        folder.mkdir()
-    job = Job(tmp_path, corpus, [shared, shared], tmpdirs)
+    # go to a folder of the test's own, not the system's.
+    job = Job(tmp_path, corpus, [shared, shared], [system_temporary] * 2)
     job.wait_for(1, r"step 5/")
     job.processes[1].kill()  # SIGKILL: no chance to save; the survivor learns it in a collective
     statuses = job.finish()

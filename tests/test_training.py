@@ -411,14 +411,13 @@ def test_averaging_refuses_a_non_finite_checkpoint(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path):
+def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path, system_temporary):
     killed_dir, reference_dir = tmp_path / "killed", tmp_path / "reference"
     reference = start_child("train", tmp_path / "reference.json", reference_dir, 30)
     # Killed, it cannot remove its temporary files (autograph's code): a folder of the test's own.
-    (tmp_path / "victim_tmp").mkdir()
     victim = start_child("train", tmp_path / "victim.json", killed_dir, 1000,
                          "--checkpoint_every_steps=5", "--sleep=0.05",
-                         TMPDIR=str(tmp_path / "victim_tmp"))
+                         TMPDIR=str(system_temporary))
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and victim.poll() is None:
         paths = checkpoint_paths(str(killed_dir)) if (killed_dir / "checkpoint").exists() else []

@@ -198,7 +198,7 @@ def first_cell():
 
 
 def test_first_cell_installs_the_uploaded_wheel_on_colab_and_says_what_to_do_elsewhere(
-        wheel, dependencies, tmp_path):
+        wheel, dependencies, tmp_path, system_temporary):
     venv = fresh_venv(tmp_path / "venv", dependencies)
     workspace = tmp_path / "empty"
     workspace.mkdir()
@@ -217,14 +217,13 @@ def test_first_cell_installs_the_uploaded_wheel_on_colab_and_says_what_to_do_els
     os.makedirs(fake / "google" / "colab")
     (fake / "google" / "colab" / "__init__.py").write_text("")
     (fake / "google" / "colab" / "files.py").write_text(FAKE_COLAB)
-    temporary = tmp_path / "system_temporary"  # where the uploaded wheel's copy goes, and goes
-    temporary.mkdir()
-    colab = dict(env, PYTHONPATH=str(fake), FAKE_UPLOAD=wheel, TMPDIR=str(temporary))
+    # The uploaded wheel's copy goes to the temporary folder, and must go from it.
+    colab = dict(env, PYTHONPATH=str(fake), FAKE_UPLOAD=wheel, TMPDIR=str(system_temporary))
     installed = subprocess.run([python(venv), "-c", first_cell()], cwd=workspace, env=colab,
                                capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr[-3000:]
     assert "Pick the wheel" in installed.stdout
-    assert os.listdir(temporary) == []
+    assert os.listdir(system_temporary) == []
     # A fresh process, as the notebook's next cells after a restart: the package is installed.
     where = run(importable, cwd=workspace, env=env).strip()
     assert where.startswith(venv), where
