@@ -16,7 +16,8 @@ _MODULES = {
     "speed": ("seconds_per_update", "seconds_per_update_of_run"),
     "step": ("TrainStep",),
     "strategy": ("PRECISIONS", "STRATEGIES", "bfloat16_cpu", "configure_cpu_devices", "is_chief",
-                 "make_strategy", "resolve_precision", "tf_config", "worker_count"),
+                 "make_strategy", "precision_note", "resolve_precision", "tf_config",
+                 "worker_count"),
     "trainer": ("NonFiniteError", "Trainer", "TrainingConfig", "WorkerLostError"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}

@@ -22,7 +22,7 @@ from keras_transformer.training.callbacks import (Callback, ProgressLine, Tensor
                                                   timestamped)
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.training import init_from
-from keras_transformer.training.strategy import describe, is_chief
+from keras_transformer.training.strategy import describe, is_chief, precision_note
 from keras_transformer.training.trainer import Trainer, TrainingConfig
 
 # Training sentence pairs on which a fine-tuned run measures how well the source's vocabulary
@@ -90,7 +90,9 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
         callbacks.append(TensorBoard(model_dir))
     log(timestamped(
         f"preset={preset} ({trainer.model.count_params():,} parameters), "
-        f"strategy={describe(strategy)}, xla={training_config.jit_compile}, precision={training_config.mixed_precision}, "
+        f"strategy={describe(strategy)}, xla={training_config.jit_compile}, "
+        f"precision={training_config.mixed_precision}"
+        f"{precision_note(training_config.mixed_precision)}, "
         f"dataset={data_config.dataset}, vocabulary={tokenizer.vocab_size}, model_dir={model_dir}"
         + (f", init_from={trainer.init_source.checkpoint} (weights only: fresh optimizer, step 0; "
            f"its vocabulary, {100 * init_info['unknown_piece_rate']:.2f}% unknown pieces in the "

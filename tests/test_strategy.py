@@ -1,0 +1,62 @@
+"""The training precision by name (keras_transformer.training.strategy) on either CPU kind,
+faked: with or without bfloat16 matrix units (AVX512-BF16 or AMX), no GPU here."""
+
+import pytest
+import tensorflow as tf
+
+from keras_transformer.training import strategy
+
+
+@pytest.fixture(autouse=True)
+def no_gpu():
+    assert not tf.config.list_physical_devices("GPU"), "these tests fake a CPU-only machine"
+
+
+@pytest.mark.parametrize("bf16_cpu", [True, False])
+def test_auto_trains_in_bfloat16_only_on_a_cpu_with_bfloat16_units(monkeypatch, bf16_cpu):
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
+    assert strategy.resolve_precision("auto") == ("bfloat16" if bf16_cpu else "float32")
+    for name in ("float32", "bfloat16", "float16"):
+        assert strategy.resolve_precision(name) == name  # a precision asked for is kept
+    with pytest.raises(ValueError, match="float8"):
+        strategy.resolve_precision("float8")
+
+
+@pytest.mark.parametrize("bf16_cpu", [True, False])
+def test_bfloat16_asked_for_without_bfloat16_units_is_said_to_be_slower(monkeypatch, bf16_cpu):
+    """Such a CPU runs bfloat16 products on TensorFlow's own kernels, slower than float32's
+    (docs/performance.md, the AVX2 kind itself): the start line says so, and what auto picks."""
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: bf16_cpu)
+    note = strategy.precision_note("bfloat16")
+    if bf16_cpu:
+        assert note == ""
+    else:
+        assert "no AVX512-BF16 or AMX on this CPU" in note and "slower than float32" in note
+        assert "--mixed_precision=auto picks float32" in note
+        assert strategy.resolve_precision("auto") == "float32"  # what the note promises
+    for name in ("float32", "float16"):
+        assert strategy.precision_note(name) == ""
+
+
+def test_a_training_run_s_start_line_carries_the_note(monkeypatch, tmp_path):
+    """The start line every training program prints (training.run.train_run), for one update of a
+    tiny model in bfloat16 on a CPU faked without bfloat16 units."""
+    from keras_transformer import data
+    from keras_transformer.training import TrainingConfig
+    from keras_transformer.training.run import train_run
+
+    monkeypatch.setattr(strategy, "bfloat16_cpu", lambda: False)
+    pairs = "".join(f"{e}\t{g}\n" for e, g in [("the house is small", "das Haus ist klein"),
+                                               ("a red house", "ein rotes Haus")]) * 40
+    (tmp_path / "train.tsv").write_text(pairs, encoding="utf-8")
+    data_config = data.DataConfig(dataset="files", train_data=str(tmp_path / "train.tsv"),
+                                  data_dir=str(tmp_path / "data"), vocab_size=296, max_length=16,
+                                  token_budget=64)
+    lines = []
+    train_run(data_config, TrainingConfig(model_dir=str(tmp_path / "run"), train_steps=1,
+                                          warmup_steps=1, mixed_precision="bfloat16",
+                                          checkpoint_every_minutes=None),
+              preset="tiny", model_overrides=dict(max_length=17), dev_bleu_sentences=0,
+              log=lines.append)
+    assert f"precision=bfloat16{strategy.precision_note('bfloat16')}, " in lines[0], lines[0]
+    assert "slower than float32" in lines[0]
