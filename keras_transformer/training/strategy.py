@@ -139,14 +139,15 @@ def resolve_precision(name: str) -> str:
 
 def precision_note(precision: str) -> str:
     """What a start line says after ``precision`` on this machine: for bfloat16 on a CPU without
-    bfloat16 matrix units and no GPU, that it trains slower than float32 there (TensorFlow
-    computes its bfloat16 products without them, on kernels slower than float32's); else ""."""
+    bfloat16 matrix units and no GPU, that it gains nothing there (TensorFlow computes its
+    bfloat16 products without such units; on AVX2 alone, on kernels slower than float32's);
+    else ""."""
     import tensorflow as tf
 
     if precision != "bfloat16" or bfloat16_cpu() or tf.config.list_physical_devices("GPU"):
         return ""
-    return (" (no AVX512-BF16 or AMX on this CPU: bfloat16 trains slower than float32 here; "
-            "--mixed_precision=auto picks float32)")
+    return (" (no AVX512-BF16 or AMX on this CPU: bfloat16 trains no faster than float32 here, "
+            "slower on AVX2 alone; --mixed_precision=auto picks float32)")
 
 
 def tf_config(workers, index: int) -> dict:
