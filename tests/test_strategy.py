@@ -23,7 +23,7 @@ def test_auto_trains_in_bfloat16_only_on_a_cpu_with_bfloat16_units(monkeypatch, 
 
 
 @pytest.mark.parametrize("bf16_cpu", [True, False])
-def test_bfloat16_asked_for_without_bfloat16_units_is_said_to_be_slower(monkeypatch, bf16_cpu):
+def test_bfloat16_asked_for_without_bfloat16_units_is_said_to_gain_nothing(monkeypatch, bf16_cpu):
     """Such a CPU computes bfloat16 products without bfloat16 units (on AVX2 alone on TensorFlow's
     own kernels, slower than float32's: docs/performance.md, the AVX2 kind itself): the start line
     says so, and what auto picks."""
