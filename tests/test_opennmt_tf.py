@@ -4,12 +4,17 @@ pieces under the same ids, and the throughput read from either engine's log."""
 import collections
 import dataclasses
 import datetime
+import os
+import subprocess
 
 import pytest
 
 from benchmarks.opennmt_tf import twin
 from keras_transformer import data
 from keras_transformer.data import batching
+
+SIDE_BY_SIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            "benchmarks", "opennmt_tf", "side_by_side.sh")
 
 WORDS = ("the house is very old and she waved goodbye to her friends who were standing near "
          "the small red door of a garden in spring").split()
@@ -91,3 +96,44 @@ def test_throughput_is_updates_and_tokens_over_the_windows_time(engine, every):
     assert target == pytest.approx(sum(seconds[k] * tokens[k] for k in inside), rel=1e-5)
     with pytest.raises(ValueError, match="no progress lines after update"):
         twin.window(log_lines(engine, steps, seconds, tokens), steps[-1])
+
+
+def fake_program(path, body):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def side_by_side(cwd, python):
+    """side_by_side.sh from a project folder with OpenNMT-tf installed (a stand-in that trains
+    nothing) and ``python`` as ours."""
+    fake_program(cwd / "runs" / "opennmt_tf" / "venv" / "bin" / "onmt-main", "exit 0")
+    return subprocess.run(["bash", SIDE_BY_SIDE, "10", "2"], cwd=cwd, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHON=python))
+
+
+def test_side_by_side_without_our_packages_is_one_line_naming_the_python(tmp_path):
+    result = side_by_side(tmp_path, fake_program(tmp_path / "bare" / "python", "exit 1"))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"side_by_side.sh: {tmp_path}/bare/python cannot import keras_transformer: run from the "
+        "project root after bash trainers/setup.sh, or set PYTHON"]
+    assert not (tmp_path / "runs" / "opennmt_tf" / "max_step.yml").exists()  # nothing began
+
+
+def test_a_failed_training_is_one_line_naming_its_log_and_leaves_no_run_folder(tmp_path):
+    # Ours: imports fine, its training fails after writing its run folder.
+    python = fake_program(tmp_path / "ours" / "python", """case "$1" in
+  -c) exit 0 ;;
+  -m) [ "$2" = trainers.wmt ] && mkdir -p runs/opennmt_tf/ours && echo "Traceback: boom" && exit 1 ;;
+esac
+exit 0""")
+    (tmp_path / "runs" / "opennmt_tf" / "data").mkdir(parents=True)
+    (tmp_path / "runs" / "opennmt_tf" / "data" / "vocab.txt").write_text("<blank>\n")
+    result = side_by_side(tmp_path, python)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "side_by_side.sh: the ours training of round 1 failed: its log is runs/opennmt_tf/ours-1.log"]
+    assert "Traceback: boom" in (tmp_path / "runs" / "opennmt_tf" / "ours-1.log").read_text()
+    assert not (tmp_path / "runs" / "opennmt_tf" / "ours").exists()
