@@ -105,19 +105,26 @@ def fake_program(path, body):
     return str(path)
 
 
-def side_by_side(cwd, python):
+def side_by_side(cwd, python=None):
     """side_by_side.sh from a project folder with OpenNMT-tf installed (a stand-in that trains
-    nothing) and ``python`` as ours."""
+    nothing) and ``python`` as ours (None: the script's own choice)."""
     fake_program(cwd / "runs" / "opennmt_tf" / "venv" / "bin" / "onmt-main", "exit 0")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    if python:
+        env["PYTHON"] = python
     return subprocess.run(["bash", SIDE_BY_SIDE, "10", "2"], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, env=dict(os.environ, PYTHON=python))
+                          text=True, timeout=60, env=env)
 
 
-def test_side_by_side_without_our_packages_is_one_line_naming_the_python(tmp_path):
-    result = side_by_side(tmp_path, fake_program(tmp_path / "bare" / "python", "exit 1"))
+@pytest.mark.parametrize("given", [True, False], ids=["PYTHON", "the project's .venv"])
+def test_side_by_side_without_our_packages_is_one_line_naming_the_python(tmp_path, given):
+    # A Python without the project, given as PYTHON or found as the project's .venv/bin/python.
+    bare = fake_program(tmp_path / (".venv/bin" if not given else "bare") / "python", "exit 1")
+    result = side_by_side(tmp_path, bare if given else None)
     assert result.returncode == 2
+    shown = bare if given else ".venv/bin/python"
     assert result.stderr.strip().splitlines() == [
-        f"side_by_side.sh: {tmp_path}/bare/python cannot import keras_transformer: run from the "
+        f"side_by_side.sh: {shown} cannot import keras_transformer: run from the "
         "project root after bash trainers/setup.sh, or set PYTHON"]
     assert not (tmp_path / "runs" / "opennmt_tf" / "max_step.yml").exists()  # nothing began
 

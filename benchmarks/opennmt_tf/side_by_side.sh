@@ -8,7 +8,8 @@ set -euo pipefail
 STEPS=${1:-1000}
 ROUNDS=${2:-2}
 ONMT=${ONMT:-runs/opennmt_tf/venv}
-if [[ -x .venv/bin/python ]]; then PYTHON=${PYTHON:-.venv/bin/python}; else PYTHON=${PYTHON:-python}; fi
+[[ -x .venv/bin/python ]] && OURS=.venv/bin/python || OURS=python
+PYTHON=${PYTHON:-$OURS}
 WORK=runs/opennmt_tf
 HERE=benchmarks/opennmt_tf
 if [[ ! -x $ONMT/bin/onmt-main ]]; then
