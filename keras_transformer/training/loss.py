@@ -107,9 +107,13 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
                 around = dtype == tf.float32
                 softmax_part = probs
                 if not around:
+                    # Rounded once as the products read it, the labels' entries from their
+                    # float32 difference. Cast first: a scatter copies its whole input on CPU,
+                    # and the bfloat16 tensor is half the float32 softmax's bytes.
                     at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
-                    softmax_part = tf.cast(tf.tensor_scatter_nd_sub(
-                        probs, at_labels, tf.fill(tf.shape(labels), one_hot)), dtype)
+                    softmax_part = tf.tensor_scatter_nd_update(
+                        tf.cast(probs, dtype), at_labels,
+                        tf.cast(tf.gather(probs, labels, batch_dims=1) - one_hot, dtype))
                 with tf.name_scope("output_projection"):
                     states_grad, table_grad = (tf.cast(product, tf.float32) for product in
                                                _projection_gradients(softmax_part, masked_rows,
