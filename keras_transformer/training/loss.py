@@ -90,7 +90,7 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
             # sum_k z_k is linear in the states: a product with the embeddings' column sum over
             # [tokens, d_model] rather than a reduction over [tokens, K].
             column_sums = tf.reduce_sum(table32, 0) if eps else None
-            probs, per_token, correct, nll = _token_terms(
+            probs, label_probs, per_token, correct, nll = _token_terms(
                 tf.cast(logits, tf.float32), labels, mask, eps,
                 None if column_sums is None else tf.linalg.matvec(tf.cast(rows, tf.float32),
                                                                   column_sums))
@@ -113,7 +113,7 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
                     at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
                     softmax_part = tf.tensor_scatter_nd_update(
                         tf.cast(probs, dtype), at_labels,
-                        tf.cast(tf.gather(probs, labels, batch_dims=1) - one_hot, dtype))
+                        tf.cast(label_probs - one_hot, dtype))
                 with tf.name_scope("output_projection"):
                     states_grad, table_grad = (tf.cast(product, tf.float32) for product in
                                                _projection_gradients(softmax_part, masked_rows,
@@ -152,7 +152,7 @@ def _sums(labels, logits, label_smoothing, pad_id):
 
     @tf.custom_gradient
     def smoothed(z):
-        probs, per_token, correct, nll = _token_terms(
+        probs, _, per_token, correct, nll = _token_terms(
             tf.reshape(z, [-1, num_classes]), labels, mask, label_smoothing)
 
         def gradient(upstream, *_):
@@ -172,9 +172,9 @@ _SMALLEST_EXACT_PROBABILITY = 1e-30
 
 def _token_terms(z, labels, mask, eps, logit_sums=None):
     """Per token of float32 logits z [tokens, K], labels [tokens] and the mask of real tokens
-    [tokens]: (softmax(z), the smoothed loss, whether the label has the largest logit, the loss
-    without smoothing). ``logit_sums``: sum_k z_k per token if the caller has it, else summed
-    here."""
+    [tokens]: (softmax(z), its entry at the label, the smoothed loss, whether the label has the
+    largest logit, the loss without smoothing). ``logit_sums``: sum_k z_k per token if the caller
+    has it, else summed here."""
     num_classes = z.shape[-1]
     row_max = tf.reduce_max(z, axis=-1)
     # Every pass over [tokens, K] costs memory traffic: the softmax is one (oneDNN) kernel, and
@@ -196,7 +196,7 @@ def _token_terms(z, labels, mask, eps, logit_sums=None):
             logit_sums = tf.reduce_sum(z, axis=-1)
         per_token -= (eps / num_classes) * logit_sums
     correct = tf.cast(tf.greater_equal(label_logits, row_max), tf.float32)
-    return probs, per_token, correct, nll
+    return probs, label_probs, per_token, correct, nll
 
 
 def _logit_gradient(probs, labels, weight, eps):
