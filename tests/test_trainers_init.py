@@ -83,3 +83,39 @@ def test_onednn_and_the_default_kernels_compute_the_same_model(tmp_path):
     for name in onednn.files:
         np.testing.assert_allclose(onednn[name], default[name], rtol=1e-4, atol=1e-5,
                                    err_msg=name)
+
+
+# As a program imports them: the package while runpy's argv[0] is still "-m" (python -m
+# trainers.NAME), then TensorFlow (and with it Keras); then our own users of scikit-learn and
+# matplotlib. Prints what Keras saw and what the process holds, one line of JSON.
+KERAS_OPTIONAL = """
+import json, sys
+program = sys.argv[1] == "program"
+if program:
+    sys.argv[0] = "-m"
+import trainers  # noqa: F401
+import tensorflow  # noqa: F401
+from keras.src.wrappers import fixes
+seen = dict(keras_sklearn=fixes.sklearn is not None,
+            loaded=sorted({"sklearn", "matplotlib"} & set(sys.modules)))
+from keras_transformer.evaluation import TranslationMemory
+import matplotlib.pyplot  # noqa: F401 (what the figures and the notebooks import)
+memory = TranslationMemory([("the red house", "das rote Haus"), ("a green tree", "ein gruener Baum")])
+seen.update(memory=memory.lookup(["a green house tree"]),
+            ours=sorted({"sklearn", "matplotlib.pyplot"} & set(sys.modules)))
+print(json.dumps(seen))
+"""
+
+
+def test_keras_imports_no_sklearn_or_matplotlib_in_a_program_and_ours_still_do():
+    import json
+
+    program = json.loads(run(KERAS_OPTIONAL, "program"))
+    assert program["keras_sklearn"] is False and program["loaded"] == [], program
+    # Hidden from Keras only: the translation memory's TF-IDF and pyplot import in full.
+    assert program["memory"] == ["ein gruener Baum"]
+    assert program["ours"] == ["matplotlib.pyplot", "sklearn"]
+    # Imported by a notebook or a test (not as a program), Keras stays as installed.
+    imported = json.loads(run(KERAS_OPTIONAL, "imported"))
+    assert imported["keras_sklearn"] is True and imported["loaded"] == ["matplotlib", "sklearn"]
+    assert imported["memory"] == ["ein gruener Baum"]
