@@ -28,8 +28,9 @@ class KerasOptionalImports(importlib.abc.MetaPathFinder):
     Keras imports both at its own import whenever they are installed (for its scikit-learn
     wrappers and its image-gallery plots, which no program here uses), and TensorFlow imports
     Keras, so every program would pay for them before its first line of work (what that costs:
-    docs/development.md, "Tests"). Keras falls back as on a machine without them. Our own uses (the translation memory's TF-IDF, the figures) are
-    not Keras's modules and import them in full.
+    docs/development.md, "Tests"). Keras falls back as on a machine without them. Our own uses
+    (the translation memory's TF-IDF, the figures) are not Keras's modules and import them in
+    full.
     """
 
     HIDDEN = ("sklearn", "matplotlib")
