@@ -162,7 +162,7 @@ def make_search(model, tokenizer, search, cached, xla, extra_length, alpha, forc
             return result.ids, result.lengths, result.steps
         return result.ids[:, 0], result.lengths[:, 0], result.steps
 
-    return tf.function(run, jit_compile=xla)
+    return tf.function(run, jit_compile=xla, autograph=False)  # as the package's own
 
 
 def batches_of(tokenizer, sentences, batch_size, bucket=BUCKET):
@@ -241,7 +241,8 @@ def make_ours_for_comparison(model, tokenizer, beam_size, extra_length):
                                    max_lengths=tf.fill([tf.shape(source_ids)[0]], limit))
         return result.ids if beam_size == 1 else result.ids[:, 0]
 
-    return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                       autograph=False)
 
 
 def tensorflow_threads():

@@ -237,7 +237,7 @@ class Translator(tf.Module):
         """``translate_text`` as a ``tf.function`` over any batch of strings (the signature the
         SavedModel serves), traced once; it reads the model's variables on every call."""
         return tf.function(functools.partial(self.translate_text, sampling=sampling),
-                           input_signature=[TEXT_INPUT_SPEC])
+                           input_signature=[TEXT_INPUT_SPEC], autograph=False)
 
     def translate_text_nbest(self, texts):
         """tf.string [batch] -> ``{"translations": tf.string [batch, beam], "scores": float32
@@ -259,7 +259,8 @@ class Translator(tf.Module):
 
     def nbest_function(self):
         """``translate_text_nbest`` as a ``tf.function`` over any batch of strings, traced once."""
-        return tf.function(self.translate_text_nbest, input_signature=[TEXT_INPUT_SPEC])
+        return tf.function(self.translate_text_nbest, input_signature=[TEXT_INPUT_SPEC],
+                           autograph=False)
 
     def score_ids(self, source_ids, target_ids):
         """Forced decoding (teacher forcing): int32 ``source_ids`` and ``target_ids`` [batch, length],
@@ -300,7 +301,7 @@ class Translator(tf.Module):
     def score_function(self):
         """``score_text`` as a ``tf.function`` over any batch of pairs (the ``score`` signature),
         traced once."""
-        return tf.function(self.score_text, input_signature=SCORE_INPUT_SPECS)
+        return tf.function(self.score_text, input_signature=SCORE_INPUT_SPECS, autograph=False)
 
 
 def padded_after_end(ids, end_id, pad_id):

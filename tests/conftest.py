@@ -18,6 +18,24 @@ def system_temporary(tmp_path, monkeypatch):
     return folder
 
 
+@pytest.fixture
+def autograph_conversions(monkeypatch):
+    """The Python functions handed to autograph during the test, as ``module.qualified_name``:
+    a ``tf.function`` traced with autograph on passes its function to ``converted_call``, and
+    the converted code each function it calls."""
+    from tensorflow.python.autograph.impl import api
+
+    handed, convert = [], api.converted_call
+
+    def recording(function, *args, **kwargs):
+        target = getattr(function, "func", function)  # a functools.partial's function
+        handed.append(f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}")
+        return convert(function, *args, **kwargs)
+
+    monkeypatch.setattr(api, "converted_call", recording)
+    return handed
+
+
 def pytest_collection_modifyitems(items):
     """The files holding a test marked ``slow`` first, each file's tests in their own order.
     pytest-xdist hands whole files to its workers in this order (setup.cfg), so the long files

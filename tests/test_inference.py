@@ -80,6 +80,19 @@ def test_traced_search_with_a_static_batch_of_one(translator):
     np.testing.assert_array_equal(traced["ids"], translator.translate_ids(source_ids)["ids"])
 
 
+def test_the_translators_functions_are_traced_without_autograph(translator, autograph_conversions):
+    """What programs and exports trace (text, n-best, score), as Keras's ExportArchive traces
+    its endpoints: autograph's rewrite of the whole search would only slow each start."""
+    texts = tf.constant(SENTENCES[:2])
+    translations = translator.text_function()(texts)["translations"]
+    nbest = translator.nbest_function()(texts)["translations"]
+    translator.score_function()(texts, translations)
+    np.testing.assert_array_equal(nbest[:, 0], translations)
+    assert autograph_conversions == []
+    tf.function(translator.translate_text)(texts)  # the recorder sees autograph at work
+    assert autograph_conversions[0] == "keras_transformer.inference.Translator.translate_text"
+
+
 def test_xla_compiled_search_equals_plain(translator):
     source_ids, _, _ = translator.source_ids(tf.constant(SENTENCES))
     plain = translator.translate_ids(source_ids)

@@ -109,6 +109,24 @@ def test_mirrored_two_devices_equals_one_device(tmp_path):
     np.testing.assert_allclose(result["paper_grad_norms_two"], [reference] * 2, rtol=1e-4)
 
 
+def test_the_step_dev_evaluation_and_finite_check_are_traced_without_autograph(
+        tmp_path, autograph_conversions):
+    """The trainer's functions are traced as written: autograph's rewrite of every function they
+    call would make each program's start slower than the trace itself."""
+    from keras_transformer.layers.masks import padding_mask
+
+    tf.function(padding_mask)(tf.constant([[5, 0]]))  # the recorder sees autograph at work...
+    assert autograph_conversions[0] == "keras_transformer.layers.masks.padding_mask"
+    autograph_conversions.clear()
+    keras.utils.set_random_seed(0)
+    dev = fixed_batch_fn().take(1)
+    trainer = Trainer(TINY, config(tmp_path, train_steps=2, checkpoint_every_steps=1))
+    summary = trainer.fit(fixed_batch_fn, lambda context=None: dev)
+    assert summary["steps"] == 2 and math.isfinite(summary["final_dev_loss"])
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")  # the finite check ran
+    assert autograph_conversions == []  # ...and none of it here
+
+
 def _build(optimizer):
     keras.utils.set_random_seed(5)
     model = kt.Transformer(TINY)

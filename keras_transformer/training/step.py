@@ -17,6 +17,7 @@ Only the per-replica forward+backward is compiled with XLA: compiling the whole 
 the update outside the cluster costs nothing measurable.
 """
 
+import functools
 import math
 
 import tensorflow as tf
@@ -65,11 +66,15 @@ class TrainStep:
         self.accumulation_steps = int(accumulation_steps)
         self.jit_compile = bool(jit_compile)
         self._optimizer_sums = sums_across_replicas(optimizer)
-        self._forward_backward = tf.function(self._forward_backward_fn, jit_compile=jit_compile)
-        self._iterator_step = tf.function(self._iterator_step_fn)
-        self._batches_step = tf.function(self._batches_step_fn, reduce_retracing=True)
-        self._eval = tf.function(self._eval_fn, reduce_retracing=True)
-        self._share = tf.function(self._share_fn, reduce_retracing=True)
+        # Without autograph, as the translator's functions (inference.py): the step's control flow
+        # is Python's over Python values (the micro-batch loop unrolls), and autograph's rewrite of
+        # every function it calls would make a program's start slower than tracing the graph.
+        function = functools.partial(tf.function, autograph=False)
+        self._forward_backward = function(self._forward_backward_fn, jit_compile=jit_compile)
+        self._iterator_step = function(self._iterator_step_fn)
+        self._batches_step = function(self._batches_step_fn, reduce_retracing=True)
+        self._eval = function(self._eval_fn, reduce_retracing=True)
+        self._share = function(self._share_fn, reduce_retracing=True)
 
     # --- per replica -------------------------------------------------------------------------
     def _forward_backward_fn(self, source, target_in, target_out):

@@ -257,7 +257,7 @@ class Trainer:
         if self._finite_fn is None:
             variables = [v for v in self.checkpoint_variables() if tf.as_dtype(v.dtype).is_floating]
             self._finite_fn = tf.function(lambda: tf.reduce_all(
-                [tf.reduce_all(tf.math.is_finite(v)) for v in variables]))
+                [tf.reduce_all(tf.math.is_finite(v)) for v in variables]), autograph=False)
         return bool(self._finite_fn())
 
     def checkpoint_variables(self) -> list:
