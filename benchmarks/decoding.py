@@ -241,8 +241,7 @@ def make_ours_for_comparison(model, tokenizer, beam_size, extra_length):
                                    max_lengths=tf.fill([tf.shape(source_ids)[0]], limit))
         return result.ids if beam_size == 1 else result.ids[:, 0]
 
-    return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)],
-                       autograph=False)
+    return tf.function(run, input_signature=[tf.TensorSpec([None, None], tf.int32)], autograph=False)
 
 
 def tensorflow_threads():
