@@ -140,11 +140,15 @@ callback.on_dev(4, {{"bleu": 2.0}})
 
 
 @pytest.mark.slow
-def test_a_sigkill_during_an_export_leaves_the_previous_best_intact(translator, tmp_path):
+def test_a_sigkill_during_an_export_leaves_the_previous_best_intact(translator, tmp_path,
+                                                                   system_temporary):
     model_dir = str(tmp_path / "run")
+    # Killed, the child cannot remove its temporary files (autograph's code): a folder of the
+    # test's own takes them.
     child = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE, model_dir=model_dir)],
-                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                           text=True, timeout=300)
+                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT,
+                                              TMPDIR=str(system_temporary)),
+                           capture_output=True, text=True, timeout=300)
     assert child.returncode == -signal.SIGKILL, child.stderr[-3000:]
     # The step-2 export is whole and the only version; step 4's is a temporary leftover.
     assert versions(model_dir) == {runs.BEST_EXPORT: ["2"], f"{runs.BEST_EXPORT}_ids": ["2"]}

@@ -133,7 +133,11 @@ def test_every_notebook_runs_from_the_wheel_outside_the_clone(wheel, dependencie
                                                              tmp_path):
     venv = fresh_venv(tmp_path / "venv", dependencies)
     run([python(venv), "-m", "pip", "install", "-q", "--no-deps", wheel])
-    run([python(venv), "-m", "ipykernel", "install", "--prefix", venv, "--name", KERNEL])
+    # ipykernel stages the kernel spec in a temporary folder and leaves that folder behind, empty.
+    staging = tmp_path / "kernel_staging"
+    staging.mkdir()
+    run([python(venv), "-m", "ipykernel", "install", "--prefix", venv, "--name", KERNEL],
+        env=dict(os.environ, TMPDIR=str(staging)))
     workspace, executed = tmp_path / "empty", tmp_path / "executed"
     workspace.mkdir(), executed.mkdir()
     if help_pages:
