@@ -82,10 +82,12 @@ TEXT_INPUT_SPEC = tf.TensorSpec([None], tf.string, name="inputs")
 # The names an exported SavedModel serves the Translator's functions under (export.saved_model
 # writes them, the loaders below read them): translate_text, translate_ids, translate_text_nbest.
 TEXT_SIGNATURE, IDS_SIGNATURE, NBEST_SIGNATURE = "serving_default", "translate_ids", "translate_nbest"
+# The input of translate_ids: a batch of rows of subword ids, each then EOS.
+IDS_INPUT_SPEC = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 # The scoring functions, score_text and score_ids: their inputs as TF Serving sends them, their names.
 SCORE_INPUT_SPECS = [tf.TensorSpec([None], tf.string, name="sources"),
                      tf.TensorSpec([None], tf.string, name="targets")]
-SCORE_IDS_INPUT_SPECS = [tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+SCORE_IDS_INPUT_SPECS = [IDS_INPUT_SPEC,
                          tf.TensorSpec([None, None], tf.int32, name="target_ids")]
 SCORE_SIGNATURE, SCORE_IDS_SIGNATURE = "score", "score_ids"
 

@@ -190,3 +190,37 @@ def test_nbest_signature_is_the_searchs_whole_nbest_list(exported, tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path}/old/1 has no {NBEST_SIGNATURE} "
                                                    "signature: it was exported before n-best lists")):
         load_exported_nbest_fn(str(tmp_path / "old"))
+
+
+def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(tmp_path):
+    """tf.saved_model.save retraces every tf.function it saves (keras.export.ExportArchive's
+    endpoints are traced once to list their variables, then again): the export saves concrete
+    functions, traced once each. Its variables are what ``trainers.shipped.model_from_export``
+    rebuilds the model from."""
+    from trainers.shipped import model_from_export
+
+    translator = small_translator(beam_size=1)
+    names = ["translate_text", "translate_text_nbest", "score_text", "translate_ids", "score_ids"]
+    traces, depth = {name: 0 for name in names}, [0]
+
+    def counted(name, method):
+        def trace(*args, **kwargs):
+            traces[name] += depth[0] == 0  # translate_text's own call of translate_ids is not a trace
+            depth[0] += 1
+            try:
+                return method(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return trace
+
+    for name in names:
+        setattr(translator, name, counted(name, getattr(translator, name)))
+    path = export_saved_model(translator, str(tmp_path / "tiny"))
+    assert traces == {name: 1 for name in names}
+
+    model, tokenizer = model_from_export(path)
+    assert tokenizer.model_proto == translator.tokenizer.model_proto
+    assert len(model.weights) == len(translator.model.weights)
+    for rebuilt, saved in zip(model.weights, translator.model.weights):
+        assert rebuilt.path.split("/", 1)[1] == saved.path.split("/", 1)[1]  # past the model's name
+        np.testing.assert_array_equal(rebuilt.numpy(), saved.numpy())

@@ -36,8 +36,8 @@ def model_from_export(path: str):
     """(Keras ``Transformer``, ``SubwordTokenizer``) of a SavedModel written by the project's
     export (``path``: the base folder or one version), for what the serving signatures do not
     show, such as the attention maps. The weights are the SavedModel's own variables, matched to
-    the model's by their path inside the model (``keras.export.ExportArchive`` keeps each
-    variable's path as its name); a missing one is a ValueError naming the export."""
+    the model's by their path inside the model (a Keras 3 variable's TensorFlow variable, which the
+    export keeps, is named by it); a missing one is a ValueError naming the export."""
     import json
 
     import tensorflow as tf

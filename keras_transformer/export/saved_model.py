@@ -1,4 +1,4 @@
-"""Export for serving: a SavedModel that TF Serving loads, written with ``keras.export.ExportArchive``.
+"""Export for serving: a SavedModel that TF Serving loads.
 
 Layout (what ``tensorflow_model_server --model_base_path`` expects): ``<base>/<version>/`` with
 ``saved_model.pb``, ``variables/`` and ``assets/`` (the subword vocabulary ``vocab.model`` and
@@ -31,21 +31,24 @@ the first one at all. ``export_for_serving`` therefore writes two: ``<name>`` wi
 and ``<name>_ids`` with only ``translate_ids`` (also its ``serving_default``) and ``score_ids``, free of
 custom ops.
 
-Why ExportArchive rather than ``tf.saved_model.save`` of a ``tf.Module`` holding the model: the latter
-reloads with ``tf.saved_model.load`` but not in the session-based loader TF Serving uses ("Could not find
-variable ..."); the archive tracks the raw variables.
+How it is written: each signature is traced once, to a concrete function, and saved as it is with
+``tf.saved_model.save``; the saved root keeps the variables those functions read (TensorFlow's own,
+under the Keras ones), the tokenizer's resource and the assets. A root holding the Keras model instead
+reloads with ``tf.saved_model.load`` but not in the session-based loader TF Serving uses ("Could not
+find variable ..."). ``keras.export.ExportArchive`` keeps the same variables, but traces every
+signature twice: once to list them, and again inside ``tf.saved_model.save``, which retraces every
+``tf.function`` it saves (a function's traces are keyed on the save context), never a concrete one.
 """
 
 import os
 
-import keras
 import tensorflow as tf
 
 from keras_transformer.export.common import (check_finite, export_settings, next_version,
                                              staged_export, write_run_files)
-from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, SCORE_IDS_INPUT_SPECS,
-                                         SCORE_IDS_SIGNATURE, SCORE_INPUT_SPECS, SCORE_SIGNATURE,
-                                         TEXT_INPUT_SPEC, TEXT_SIGNATURE)
+from keras_transformer.inference import (IDS_INPUT_SPEC, IDS_SIGNATURE, NBEST_SIGNATURE,
+                                         SCORE_IDS_INPUT_SPECS, SCORE_IDS_SIGNATURE, SCORE_SIGNATURE,
+                                         TEXT_SIGNATURE)
 
 
 def export_for_serving(translator, export_dir, name, version=None):
@@ -78,21 +81,35 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
 def _write_saved_model(translator, output, sources, text_signature):
     vocabulary_path, config_path = write_run_files(sources, translator.tokenizer,
                                                    export_settings(translator))
-    archive = keras.export.ExportArchive()
-    # ExportArchive keeps only variables and resources; an Asset must hang off the saved root
-    # to be copied into assets/ (reloaded: ``loaded.assets["vocabulary"].asset_path``).
-    archive._tf_trackable.assets = {"vocabulary": tf.saved_model.Asset(vocabulary_path),
-                                    "config": tf.saved_model.Asset(config_path)}
+    functions = {}
     if text_signature:
-        archive.track(translator.tokenizer)
-        archive.add_endpoint(TEXT_SIGNATURE, translator.translate_text,
-                             input_signature=[TEXT_INPUT_SPEC])
-        archive.add_endpoint(NBEST_SIGNATURE, translator.translate_text_nbest,
-                             input_signature=[TEXT_INPUT_SPEC])
-        archive.add_endpoint(SCORE_SIGNATURE, translator.score_text,
-                             input_signature=SCORE_INPUT_SPECS)
-    archive.add_endpoint(IDS_SIGNATURE, translator.translate_ids,
-                         input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
-    archive.add_endpoint(SCORE_IDS_SIGNATURE, translator.score_ids,
-                         input_signature=SCORE_IDS_INPUT_SPECS)
-    archive.write_out(output, verbose=False)
+        functions = {TEXT_SIGNATURE: translator.text_function(),
+                     NBEST_SIGNATURE: translator.nbest_function(),
+                     SCORE_SIGNATURE: translator.score_function()}
+    functions[IDS_SIGNATURE] = tf.function(translator.translate_ids, input_signature=[IDS_INPUT_SPEC],
+                                           autograph=False)
+    functions[SCORE_IDS_SIGNATURE] = tf.function(translator.score_ids,
+                                                 input_signature=SCORE_IDS_INPUT_SPECS,
+                                                 autograph=False)
+    traced = {name: function.get_concrete_function() for name, function in functions.items()}
+    root = tf.Module()
+    # The attribute keras.export.ExportArchive keeps them under (trainers.shipped reads it).
+    root._all_variables = _variables_read_by(traced.values())
+    if text_signature:
+        root.tokenizer = translator.tokenizer  # its SentencePiece model, a resource of the graph
+    root.assets = {"vocabulary": tf.saved_model.Asset(vocabulary_path),
+                   "config": tf.saved_model.Asset(config_path)}
+    for name, function in traced.items():
+        setattr(root, name, function)
+    # TF Serving answers a request without a signature name with serving_default.
+    signatures = {"serving_default": traced[next(iter(traced))], **traced}
+    tf.saved_model.save(root, output, signatures=signatures)
+
+
+def _variables_read_by(functions):
+    """The variables the concrete ``functions`` capture, each once, in their order."""
+    variables = {}
+    for function in functions:
+        for variable in function.variables:
+            variables.setdefault(id(variable), variable)
+    return list(variables.values())
