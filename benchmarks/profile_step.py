@@ -15,10 +15,9 @@ the same wall-clock time twice; instead each instant of the profiled wall time i
 among the ops running at that instant, and instants where no op runs are "no op running" (Python,
 function dispatch, waiting for the result). Each category's share is of that wall time.
 
-Outside the trace, in the same process: the cost of reading the step's statistics on the host
-after every step (as the trainer does) against reading them once per pass, measured alternately;
-and the CPU time the input pipeline spends per batch (tokenization, bucketing, padding), which
-on a machine with few cores is taken from the training step.
+Outside the trace, in the same process: reading the step's statistics on the host after every step
+(as the trainer does) against once per pass, alternately; and the input pipeline's CPU time per
+batch in a first and a second pass, which on a machine with few cores the training step loses.
 
 Writes Markdown (--output; a hand-written reading below its notes marker is kept) and the numbers
 as JSON next to it (.json). Not a test: shares depend on the machine and its load.
@@ -233,18 +232,18 @@ def host_sync_ab(step, batches, rounds):
     return statistics.median(every), statistics.median(once)
 
 
-def pipeline_cpu_seconds(config, tokenizer, count):
-    """CPU seconds (all threads of this process) the training input pipeline spends per batch,
-    and its wall seconds per batch when nothing else runs."""
+def pipeline_seconds(config, tokenizer):
+    """The training input pipeline's CPU (all threads) and wall seconds per batch when alone, over a
+    first and a second pass: where the trainer keeps the tokenized pairs, only the first tokenizes."""
     from keras_transformer import data
 
-    dataset = data.make_dataset(config, tokenizer, "train", training=True, repeat=True)
-    iterator = iter(dataset)
-    next(iterator)  # buffers filled, first shuffle
-    cpu, wall = time.process_time(), time.perf_counter()
-    for _ in range(count):
-        next(iterator)
-    return (time.process_time() - cpu) / count, (time.perf_counter() - wall) / count
+    dataset, passes = data.make_dataset(config, tokenizer, "train", training=True), {}
+    for name in ("first_pass", "second_pass"):
+        cpu, wall = time.process_time(), time.perf_counter()
+        batches = sum(1 for _ in dataset)
+        passes[name] = {"cpu_seconds_per_batch": (time.process_time() - cpu) / batches,
+                        "wall_seconds_per_batch": (time.perf_counter() - wall) / batches}
+    return {"batches_per_pass": batches, **passes}
 
 
 def measure(preset, precision, vocab_size, batches, logdir, overrides=None):
@@ -300,13 +299,16 @@ def markdown(result):
         label: f"{1e3 * (r['sync_every_step_seconds'] - r['sync_once_per_pass_seconds']):+.1f} "
                f"ms ({percent(r['sync_every_step_seconds'] - r['sync_once_per_pass_seconds'], r['sync_once_per_pass_seconds'])})"
         for label, r in zip(names, rows)}})
-    pipeline = result["input_pipeline"]
     lines += [common.markdown(table, ["category"] + names), ""]
-    lines += [f"Input pipeline (not in the trace: the trainer's prefetching tf.data pipeline runs "
-              f"beside the step): {pipeline['cpu_seconds_per_batch'] * 1e3:.1f} ms of CPU time "
-              f"per batch ({pipeline['wall_seconds_per_batch'] * 1e3:.1f} ms wall when alone); "
-              "per preset: " + ", ".join(
-                  f"{label} {percent(pipeline['cpu_seconds_per_batch'], r['step_seconds_profiled'] * machine['cpus'])} of the step's CPU time"
+    pipeline = result["input_pipeline"]
+    first, later = pipeline["first_pass"], pipeline["second_pass"]
+    lines += [f"Input pipeline (not in the trace: the trainer's prefetching tf.data pipeline runs beside "
+              f"the step), per batch of a pass of {pipeline['batches_per_pass']:,}: "
+              f"{later['cpu_seconds_per_batch'] * 1e3:.1f} ms of CPU time in a second pass "
+              f"({later['wall_seconds_per_batch'] * 1e3:.1f} ms wall when alone), "
+              f"{first['cpu_seconds_per_batch'] * 1e3:.1f} ms in the first (which alone tokenizes where "
+              "the trainer keeps the tokenized pairs); per preset, a second pass's: " + ", ".join(
+                  f"{label} {percent(later['cpu_seconds_per_batch'], r['step_seconds_profiled'] * machine['cpus'])} of the step's CPU time"
                   for label, r in zip(names, rows)) + ".", ""]
     for label, row in zip(names, rows):
         lines += [f"Most expensive ops, {label} (ms per step):", "",
@@ -346,8 +348,7 @@ def main(argv):
 
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     batches, padding = common.real_batches(config, tokenizer, count)
-    cpu, wall = pipeline_cpu_seconds(config, tokenizer, max(count, 4))
-    rows = []
+    pipeline, rows = pipeline_seconds(config, tokenizer), []
     with tempfile.TemporaryDirectory(prefix="profile_step_") as scratch:
         logdir = FLAGS.logdir or scratch  # the traces stay only where --logdir says
         for preset in presets:
@@ -366,8 +367,7 @@ def main(argv):
               "profiled_passes": FLAGS.profiled_passes,
               "data": {"dataset": config.dataset, "token_budget": config.token_budget,
                        "vocab_size": tokenizer.vocab_size, **padding},
-              "input_pipeline": {"cpu_seconds_per_batch": cpu, "wall_seconds_per_batch": wall},
-              "rows": rows}
+              "input_pipeline": pipeline, "rows": rows}
     result["markdown"] = markdown(result)
     text = f"{TITLE}\n\n{result['markdown']}"
     from keras_transformer import writing
