@@ -195,8 +195,8 @@ def test_nbest_signature_is_the_searchs_whole_nbest_list(exported, tmp_path):
 def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(tmp_path):
     """tf.saved_model.save retraces every tf.function it saves (keras.export.ExportArchive's
     endpoints are traced once to list their variables, then again): the export saves concrete
-    functions, traced once each. Its variables are what ``trainers.shipped.model_from_export``
-    rebuilds the model from."""
+    functions, traced once each, the ids signatures once for both SavedModels. Its variables are
+    what ``trainers.shipped.model_from_export`` rebuilds the model from."""
     from trainers.shipped import model_from_export
 
     translator = small_translator(beam_size=1)
@@ -215,7 +215,7 @@ def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(t
 
     for name in names:
         setattr(translator, name, counted(name, getattr(translator, name)))
-    path = export_saved_model(translator, str(tmp_path / "tiny"))
+    path, _ = export_for_serving(translator, str(tmp_path), "tiny")
     assert traces == {name: 1 for name in names}
 
     model, tokenizer = model_from_export(path)

@@ -128,9 +128,9 @@ callback = t.started(t.run_folder(translator, {model_dir!r}))
 callback.on_dev(2, {{"bleu": 1.0}})
 write = saved_model._write_saved_model
 
-def killed(translator, output, sources, text_signature):
-    write(translator, output, sources, text_signature)  # the first of the pair is complete
-    if not text_signature:
+def killed(translator, traced, output, sources):
+    write(translator, traced, output, sources)  # the first of the pair is complete
+    if saved_model.TEXT_SIGNATURE not in traced:
         os.kill(os.getpid(), signal.SIGKILL)
 
 saved_model._write_saved_model = killed

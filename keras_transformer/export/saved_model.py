@@ -59,9 +59,11 @@ def export_for_serving(translator, export_dir, name, version=None):
     version = max(next_version(base) for base in bases) if version is None else int(version)
     targets = [os.path.join(base, str(version)) for base in bases]
     check_finite(translator.model)
+    traced = _traced_signatures(translator, text_signature=True)
+    ids_only = {name: traced[name] for name in (IDS_SIGNATURE, SCORE_IDS_SIGNATURE)}
     with staged_export(targets) as staged:
-        for (output, sources), text_signature in zip(staged, (True, False)):
-            _write_saved_model(translator, output, sources, text_signature)
+        for (output, sources), signatures in zip(staged, (traced, ids_only)):
+            _write_saved_model(translator, signatures, output, sources)
     return tuple(targets)
 
 
@@ -74,13 +76,15 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
     target = os.path.join(model_base_path, str(version))
     check_finite(translator.model)
     with staged_export([target]) as ((output, sources),):
-        _write_saved_model(translator, output, sources, text_signature)
+        _write_saved_model(translator, _traced_signatures(translator, text_signature), output,
+                           sources)
     return target
 
 
-def _write_saved_model(translator, output, sources, text_signature):
-    vocabulary_path, config_path = write_run_files(sources, translator.tokenizer,
-                                                   export_settings(translator))
+def _traced_signatures(translator, text_signature):
+    """{signature name: concrete function}, each traced once (the text export's and the ids
+    export's shared signatures too): ``tf.saved_model.save`` writes a concrete function as it is,
+    and it reads the variables when it runs, whenever it was traced."""
     functions = {}
     if text_signature:
         functions = {TEXT_SIGNATURE: translator.text_function(),
@@ -91,11 +95,16 @@ def _write_saved_model(translator, output, sources, text_signature):
     functions[SCORE_IDS_SIGNATURE] = tf.function(translator.score_ids,
                                                  input_signature=SCORE_IDS_INPUT_SPECS,
                                                  autograph=False)
-    traced = {name: function.get_concrete_function() for name, function in functions.items()}
+    return {name: function.get_concrete_function() for name, function in functions.items()}
+
+
+def _write_saved_model(translator, traced, output, sources):
+    vocabulary_path, config_path = write_run_files(sources, translator.tokenizer,
+                                                   export_settings(translator))
     root = tf.Module()
     # The attribute keras.export.ExportArchive keeps them under (trainers.shipped reads it).
     root._all_variables = _variables_read_by(traced.values())
-    if text_signature:
+    if TEXT_SIGNATURE in traced:
         root.tokenizer = translator.tokenizer  # its SentencePiece model, a resource of the graph
     root.assets = {"vocabulary": tf.saved_model.Asset(vocabulary_path),
                    "config": tf.saved_model.Asset(config_path)}
