@@ -17,6 +17,10 @@ functions are what the SavedModel exports:
   forced decoding, ``{"log_prob", "tokens", "nll_per_token", "truncated"}``; ``score_ids`` the same
   from ids, core TensorFlow ops only.
 
+Each as a ``tf.function`` over its input signature (``text_function()``, ``ids_function()``,
+``nbest_function()``, ``score_function()``, ``score_ids_function()``) is made once per translator and
+traced at its first call; it reads the model's variables when it runs, so it follows the weights.
+
 Inputs are answered, never crashed on: invalid UTF-8 is replaced by U+FFFD before tokenisation,
 characters never seen in training are spelled as bytes by the tokenizer, an empty or whitespace-only
 input gets an empty translation with score 0, and a sentence longer than the model's ``max_length``
@@ -125,6 +129,7 @@ class Translator(tf.Module):
         # The output ids: one static buffer for every batch (XLA-friendly, and one output shape);
         # each sentence stops at its own source length + extra_length.
         self.max_decode_length = self.max_source_length + decoding_config.extra_length
+        self._functions = {}  # _function's, by key
 
     def source_ids(self, texts):
         """tf.string [batch] -> (int32 [batch, length] subwords + EOS padded with 0, truncated bool
@@ -235,11 +240,27 @@ class Translator(tf.Module):
                 "scores": tf.where(empty, 0.0, scores),
                 "truncated": truncated}
 
+    def _function(self, key, python_function, input_signature):
+        """``python_function`` as a ``tf.function`` of ``input_signature``, one per ``key`` and
+        translator: traced at its first call, and read the model's variables at every call, so a
+        translator keeps translating with the weights of the moment (a dev evaluation's, an
+        export's) without tracing again."""
+        if key not in self._functions:
+            self._functions[key] = tf.function(python_function, input_signature=input_signature,
+                                               autograph=False)
+        return self._functions[key]
+
     def text_function(self, sampling=None):
         """``translate_text`` as a ``tf.function`` over any batch of strings (the signature the
-        SavedModel serves), traced once; it reads the model's variables on every call."""
-        return tf.function(functools.partial(self.translate_text, sampling=sampling),
-                           input_signature=[TEXT_INPUT_SPEC], autograph=False)
+        SavedModel serves), traced once per translator (and ``sampling``)."""
+        return self._function(("text", sampling),
+                              functools.partial(self.translate_text, sampling=sampling),
+                              [TEXT_INPUT_SPEC])
+
+    def ids_function(self):
+        """``translate_ids`` (the whole n-best list) as a ``tf.function`` over any batch of
+        source ids, traced once per translator."""
+        return self._function("ids", self.translate_ids, [IDS_INPUT_SPEC])
 
     def translate_text_nbest(self, texts):
         """tf.string [batch] -> ``{"translations": tf.string [batch, beam], "scores": float32
@@ -260,9 +281,9 @@ class Translator(tf.Module):
                 "truncated": truncated}
 
     def nbest_function(self):
-        """``translate_text_nbest`` as a ``tf.function`` over any batch of strings, traced once."""
-        return tf.function(self.translate_text_nbest, input_signature=[TEXT_INPUT_SPEC],
-                           autograph=False)
+        """``translate_text_nbest`` as a ``tf.function`` over any batch of strings, traced once
+        per translator."""
+        return self._function("nbest", self.translate_text_nbest, [TEXT_INPUT_SPEC])
 
     def score_ids(self, source_ids, target_ids):
         """Forced decoding (teacher forcing): int32 ``source_ids`` and ``target_ids`` [batch, length],
@@ -302,8 +323,13 @@ class Translator(tf.Module):
 
     def score_function(self):
         """``score_text`` as a ``tf.function`` over any batch of pairs (the ``score`` signature),
-        traced once."""
-        return tf.function(self.score_text, input_signature=SCORE_INPUT_SPECS, autograph=False)
+        traced once per translator."""
+        return self._function("score", self.score_text, SCORE_INPUT_SPECS)
+
+    def score_ids_function(self):
+        """``score_ids`` as a ``tf.function`` over any batch of source and target ids, traced once
+        per translator."""
+        return self._function("score_ids", self.score_ids, SCORE_IDS_INPUT_SPECS)
 
 
 def padded_after_end(ids, end_id, pad_id):

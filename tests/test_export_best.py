@@ -76,10 +76,39 @@ def translator():
     return small_translator(beam_size=2)
 
 
+SIGNATURE_FUNCTIONS = ["translate_text", "translate_text_nbest", "score_text", "translate_ids",
+                       "score_ids"]
+
+
+def count_traces(monkeypatch, ignored):
+    """{signature's Python function: how many times a Translator other than ``ignored`` traced
+    it} (a call inside another one's trace, as translate_text's of translate_ids, is not a trace)."""
+    from keras_transformer.inference import Translator
+
+    traces, depth = {name: 0 for name in SIGNATURE_FUNCTIONS}, [0]
+
+    def counted(name, method):
+        def trace(self, *args, **kwargs):
+            traces[name] += depth[0] == 0 and self is not ignored
+            depth[0] += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return trace
+
+    for name in SIGNATURE_FUNCTIONS:
+        monkeypatch.setattr(Translator, name, counted(name, getattr(Translator, name)))
+    return traces
+
+
 @pytest.mark.slow
-def test_exactly_one_export_is_left_the_best_with_its_weights(translator, tmp_path):
+def test_exactly_one_export_is_left_the_best_with_its_weights(translator, tmp_path, monkeypatch):
+    """A run traces the signatures at its first export only: the later exports write the same
+    traced functions, which read the weights of their own step."""
     model_dir = str(tmp_path / "run")
     trainer = run_folder(translator, model_dir)
+    traces = count_traces(monkeypatch, ignored=translator)
     callback = started(trainer)
     script = {2: 1.0, 4: 3.0, 6: 2.0, 8: 5.0, 10: 4.0}
     best_translations = None
@@ -92,6 +121,7 @@ def test_exactly_one_export_is_left_the_best_with_its_weights(translator, tmp_pa
             best_translations = translations(translator.text_function())
     assert versions(model_dir) == {runs.BEST_EXPORT: ["8"], f"{runs.BEST_EXPORT}_ids": ["8"]}
     assert not leftovers(model_dir)
+    assert traces == {name: 1 for name in SIGNATURE_FUNCTIONS}  # three exports, one trace each
     # The export translates as the model did at step 8, not with the later weights.
     translate_fn, path = load_exported_translate_fn(os.path.join(model_dir, runs.BEST_EXPORT))
     assert path.endswith(os.path.join(runs.BEST_EXPORT, "8"))
@@ -109,6 +139,7 @@ def test_exactly_one_export_is_left_the_best_with_its_weights(translator, tmp_pa
     again.on_dev(14, {"bleu": float("nan")})  # a failed dev BLEU is no improvement
     again.on_dev(16, {"bleu": 6.0})
     assert versions(model_dir) == {runs.BEST_EXPORT: ["16"], f"{runs.BEST_EXPORT}_ids": ["16"]}
+    assert traces == {name: 2 for name in SIGNATURE_FUNCTIONS}  # the resumed run's own
 
 
 def test_without_dev_bleu_it_is_a_clear_error(translator, tmp_path):

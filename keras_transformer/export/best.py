@@ -38,7 +38,7 @@ class ExportBest(Callback):
 
     def __init__(self, decoding_config=DecodingConfig()):
         self.decoding_config = decoding_config
-        self.tokenizer = self.data_config = self.best = self.paths = None
+        self.tokenizer = self.data_config = self.best = self.paths = self.translator = None
 
     def _bases(self):
         """The two base folders ``export_for_serving`` writes (text, ids) in the run folder."""
@@ -55,6 +55,7 @@ class ExportBest(Callback):
         # A resumed run beats the best it exported before, not its first evaluation.
         selected = (recorded_settings(self._bases()[0]) or {}).get("selected") or {}
         self.best = selected.get("dev_bleu")
+        self.translator = None  # made at this run's first export, of this trainer's model
 
     def on_dev(self, step, logs):
         if not self.trainer.chief:
@@ -68,8 +69,12 @@ class ExportBest(Callback):
                 # this step's weights are exported already (a resumed run's repeat)
                 or any(os.path.isdir(os.path.join(base, str(step))) for base in self._bases())):
             return
-        translator = Translator(self.trainer.model, self.tokenizer, self.decoding_config)
-        translator.data_config = self.data_config
+        if self.translator is None:
+            # One translator for the run: its signatures are traced at the first export and read
+            # the model's variables, so every later export writes that step's weights as they are.
+            self.translator = Translator(self.trainer.model, self.tokenizer, self.decoding_config)
+            self.translator.data_config = self.data_config
+        translator = self.translator
         translator.selected = {"step": step, "dev_bleu": bleu}
         try:
             self.paths = export_for_serving(translator, self.trainer.config.model_dir,

@@ -46,9 +46,8 @@ import tensorflow as tf
 
 from keras_transformer.export.common import (check_finite, export_settings, next_version,
                                              staged_export, write_run_files)
-from keras_transformer.inference import (IDS_INPUT_SPEC, IDS_SIGNATURE, NBEST_SIGNATURE,
-                                         SCORE_IDS_INPUT_SPECS, SCORE_IDS_SIGNATURE, SCORE_SIGNATURE,
-                                         TEXT_SIGNATURE)
+from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, SCORE_IDS_SIGNATURE,
+                                         SCORE_SIGNATURE, TEXT_SIGNATURE)
 
 
 def export_for_serving(translator, export_dir, name, version=None):
@@ -82,19 +81,18 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
 
 
 def _traced_signatures(translator, text_signature):
-    """{signature name: concrete function}, each traced once (the text export's and the ids
-    export's shared signatures too): ``tf.saved_model.save`` writes a concrete function as it is,
-    and it reads the variables when it runs, whenever it was traced."""
+    """{signature name: concrete function}: the translator's own ``tf.function`` s, each traced at
+    most once per translator (so the text and the ids export share their ids signatures, and
+    ``ExportBest``'s repeated exports of one run trace nothing again). ``tf.saved_model.save``
+    writes a concrete function as it is, and it reads the variables when it runs, whenever it was
+    traced."""
     functions = {}
     if text_signature:
         functions = {TEXT_SIGNATURE: translator.text_function(),
                      NBEST_SIGNATURE: translator.nbest_function(),
                      SCORE_SIGNATURE: translator.score_function()}
-    functions[IDS_SIGNATURE] = tf.function(translator.translate_ids, input_signature=[IDS_INPUT_SPEC],
-                                           autograph=False)
-    functions[SCORE_IDS_SIGNATURE] = tf.function(translator.score_ids,
-                                                 input_signature=SCORE_IDS_INPUT_SPECS,
-                                                 autograph=False)
+    functions[IDS_SIGNATURE] = translator.ids_function()
+    functions[SCORE_IDS_SIGNATURE] = translator.score_ids_function()
     return {name: function.get_concrete_function() for name, function in functions.items()}
 
 
