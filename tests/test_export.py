@@ -18,7 +18,7 @@ from keras_transformer.export import (CONFIG_ASSET, IDS_SIGNATURE, TEXT_SIGNATUR
                                       export_for_serving, export_saved_model)
 from keras_transformer.export.saved_model import NBEST_SIGNATURE
 from keras_transformer.inference import load_exported_nbest_fn
-from test_inference import SENTENCES, small_translator
+from test_inference import SENTENCES, SIGNATURE_FUNCTIONS, count_traces, small_translator
 
 INPUTS = SENTENCES + ["", "the cat " * 30]
 
@@ -192,7 +192,8 @@ def test_nbest_signature_is_the_searchs_whole_nbest_list(exported, tmp_path):
         load_exported_nbest_fn(str(tmp_path / "old"))
 
 
-def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(tmp_path):
+def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(tmp_path,
+                                                                                 monkeypatch):
     """tf.saved_model.save retraces every tf.function it saves (keras.export.ExportArchive's
     endpoints are traced once to list their variables, then again): the export saves concrete
     functions, traced once each, the ids signatures once for both SavedModels. Its variables are
@@ -200,23 +201,9 @@ def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(t
     from trainers.shipped import model_from_export
 
     translator = small_translator(beam_size=1)
-    names = ["translate_text", "translate_text_nbest", "score_text", "translate_ids", "score_ids"]
-    traces, depth = {name: 0 for name in names}, [0]
-
-    def counted(name, method):
-        def trace(*args, **kwargs):
-            traces[name] += depth[0] == 0  # translate_text's own call of translate_ids is not a trace
-            depth[0] += 1
-            try:
-                return method(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-        return trace
-
-    for name in names:
-        setattr(translator, name, counted(name, getattr(translator, name)))
+    traces = count_traces(monkeypatch)
     path, _ = export_for_serving(translator, str(tmp_path), "tiny")
-    assert traces == {name: 1 for name in names}
+    assert traces == {name: 1 for name in SIGNATURE_FUNCTIONS}
 
     model, tokenizer = model_from_export(path)
     assert tokenizer.model_proto == translator.tokenizer.model_proto

@@ -17,7 +17,7 @@ from keras_transformer import runs
 from keras_transformer.export import ExportBest
 from keras_transformer.export.common import recorded_settings
 from keras_transformer.inference import load_exported_translate_fn
-from test_inference import SENTENCES, small_translator
+from test_inference import SENTENCES, SIGNATURE_FUNCTIONS, count_traces, small_translator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -74,32 +74,6 @@ def perturb(model, seed):
 @pytest.fixture(scope="module")
 def translator():
     return small_translator(beam_size=2)
-
-
-SIGNATURE_FUNCTIONS = ["translate_text", "translate_text_nbest", "score_text", "translate_ids",
-                       "score_ids"]
-
-
-def count_traces(monkeypatch, ignored):
-    """{signature's Python function: how many times a Translator other than ``ignored`` traced
-    it} (a call inside another one's trace, as translate_text's of translate_ids, is not a trace)."""
-    from keras_transformer.inference import Translator
-
-    traces, depth = {name: 0 for name in SIGNATURE_FUNCTIONS}, [0]
-
-    def counted(name, method):
-        def trace(self, *args, **kwargs):
-            traces[name] += depth[0] == 0 and self is not ignored
-            depth[0] += 1
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                depth[0] -= 1
-        return trace
-
-    for name in SIGNATURE_FUNCTIONS:
-        monkeypatch.setattr(Translator, name, counted(name, getattr(Translator, name)))
-    return traces
 
 
 @pytest.mark.slow

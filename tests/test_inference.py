@@ -25,6 +25,31 @@ def small_translator(beam_size=3, max_length=24):
     return Translator(model, tokenizer, DecodingConfig(beam_size=beam_size, extra_length=6))
 
 
+SIGNATURE_FUNCTIONS = ["translate_text", "translate_text_nbest", "score_text", "translate_ids",
+                       "score_ids"]
+
+
+def count_traces(monkeypatch, ignored=None):
+    """{signature's Python function: how many times a Translator other than ``ignored`` traced
+    it} (a call inside another one's trace, as translate_text's of translate_ids, is not a trace):
+    the counts ``tests/test_export.py`` and ``tests/test_export_best.py`` hold exports to."""
+    traces, depth = {name: 0 for name in SIGNATURE_FUNCTIONS}, [0]
+
+    def counted(name, method):
+        def trace(self, *args, **kwargs):
+            traces[name] += depth[0] == 0 and self is not ignored
+            depth[0] += 1
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return trace
+
+    for name in SIGNATURE_FUNCTIONS:
+        monkeypatch.setattr(Translator, name, counted(name, getattr(Translator, name)))
+    return traces
+
+
 @pytest.fixture(scope="module")
 def translator():
     return small_translator()
