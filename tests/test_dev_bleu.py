@@ -15,7 +15,7 @@ from keras_transformer.evaluation import sacrebleu_score
 from keras_transformer.training.callbacks import TensorBoard
 from keras_transformer.training.dev_bleu import BEST_PREFIX, DevBleu
 from keras_transformer.weights import restore_model
-from test_inference import SENTENCES, small_translator
+from test_inference import SENTENCES, count_traces, small_translator
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,8 @@ def fake_trainer(translator, model_dir):
                                  config=types.SimpleNamespace(model_dir=model_dir))
 
 
-def test_logs_the_sacrebleu_of_the_current_weights_and_keeps_the_best(translator, tmp_path):
+def test_logs_the_sacrebleu_of_the_current_weights_and_keeps_the_best(translator, tmp_path,
+                                                                      monkeypatch):
     def hypotheses():
         out = translator.translate_text(tf.constant(SENTENCES))["translations"].numpy()
         return [t.decode() for t in out]
@@ -38,6 +39,7 @@ def test_logs_the_sacrebleu_of_the_current_weights_and_keeps_the_best(translator
     assert all(references)
     callback = DevBleu(translator.tokenizer, SENTENCES, references, translator.decoding, keep_best=True)
     callback.trainer = fake_trainer(translator, str(tmp_path))
+    traces = count_traces(monkeypatch, ignored=translator)
     board = TensorBoard(str(tmp_path / "board"))  # after DevBleu, as train_run places it
     logs = {}
     callback.on_dev(10, logs)
@@ -51,6 +53,7 @@ def test_logs_the_sacrebleu_of_the_current_weights_and_keeps_the_best(translator
     callback.on_dev(20, logs)  # the traced translate function sees the new weights
     board.on_dev(20, logs)
     board.on_end({})
+    assert traces["translate_text"] == 1  # one translation function for every evaluation
     assert logs["bleu"] == pytest.approx(sacrebleu_score(hypotheses(), references).score)
     assert logs["bleu"] < 100.0
     expected_chrf = sacrebleu.corpus_chrf(hypotheses(), [references]).score
@@ -88,7 +91,7 @@ def test_a_failing_evaluation_is_reported_and_training_goes_on(translator, tmp_p
         raise ValueError("Tensor conversion requested dtype string for Tensor with dtype int32\n"
                          "  (second line of the message)")
 
-    callback._translate = broken
+    callback._translate_fn = lambda: broken
     logs = {}
     with caplog.at_level("WARNING"):
         callback.on_dev(1000, logs)

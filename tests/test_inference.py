@@ -32,7 +32,8 @@ SIGNATURE_FUNCTIONS = ["translate_text", "translate_text_nbest", "score_text", "
 def count_traces(monkeypatch, ignored=None):
     """{signature's Python function: how many times a Translator other than ``ignored`` traced
     it} (a call inside another one's trace, as translate_text's of translate_ids, is not a trace):
-    the counts ``tests/test_export.py`` and ``tests/test_export_best.py`` hold exports to."""
+    the counts ``tests/test_export.py`` and ``tests/test_export_best.py`` hold exports to, and
+    ``tests/test_dev_bleu.py`` the dev evaluations."""
     traces, depth = {name: 0 for name in SIGNATURE_FUNCTIONS}, [0]
 
     def counted(name, method):

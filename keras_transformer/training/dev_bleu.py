@@ -39,14 +39,14 @@ class DevBleu(Callback):
         self.batch_size = batch_size
         self.keep_best = keep_best
         self.best = None
-        self._translate = None
+        self._translator = None
 
     def _translate_fn(self):
-        # Traced once; it reads the model's variables, so it always translates with the current weights.
-        if self._translate is None:
-            translator = Translator(self.trainer.model, self.tokenizer, self.decoding_config)
-            self._translate = translator.text_function()
-        return self._translate
+        # One translator, whose text function is traced once and reads the model's variables when
+        # it runs: every evaluation translates with the current weights.
+        if self._translator is None:
+            self._translator = Translator(self.trainer.model, self.tokenizer, self.decoding_config)
+        return self._translator.text_function()
 
     def on_begin(self, step):
         # A resumed run keeps the best of its earlier runs unless it beats it.
