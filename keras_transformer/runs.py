@@ -72,14 +72,34 @@ def write_json(path: str, value: dict) -> dict:
     return value
 
 
+def _gfile(path: str):
+    """``tf.io.gfile`` for a gs://-style path, which only TensorFlow's file systems read; None for
+    a local path, which the os module reads without starting TensorFlow: a program checking its
+    flags answers a bad one at once (trainers/checks.py)."""
+    if "://" not in path:
+        return None
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def _exists(path: str) -> bool:
+    gfile = _gfile(path)
+    return gfile.exists(path) if gfile else os.path.exists(path)
+
+
+def _isdir(path: str) -> bool:
+    gfile = _gfile(path)
+    return gfile.isdir(path) if gfile else os.path.isdir(path)
+
+
 def read_config(model_dir: str) -> dict:
     """The ``config.json`` of the run in ``model_dir`` (ValueError naming the file if missing)."""
-    import tensorflow as tf  # tf.io.gfile: model_dir may be gs://...
-
     path = os.path.join(model_dir, CONFIG_FILE)
-    if not tf.io.gfile.exists(path):
+    if not _exists(path):
         raise ValueError(f"{path} not found: {model_dir!r} is not the model_dir of a training run.")
-    with tf.io.gfile.GFile(path) as stream:
+    gfile = _gfile(path)
+    with gfile.GFile(path) if gfile else open(path, encoding="utf-8") as stream:
         return json.load(stream)
 
 
@@ -112,12 +132,13 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); ``"ema"``:
     ``model_dir/ema/ckpt`` (the moving average of the weights); ``"best"``:
     ``model_dir/best/ckpt``; a directory: its latest checkpoint; otherwise a checkpoint prefix
-    (``.../ckpt-1000``, without ``.index``)."""
-    import tensorflow as tf
-
+    (``.../ckpt-1000``, without ``.index``). Only a latest checkpoint is found by TensorFlow (its
+    index file names it); the others are looked up without starting it."""
     if checkpoint in (None, ""):
         return default_checkpoint(model_dir)[1]
     if checkpoint == LATEST:
+        import tensorflow as tf
+
         path = tf.train.latest_checkpoint(model_dir)
         if path is None:
             raise ValueError(f"no checkpoint in {model_dir} (no 'checkpoint' index file naming one): "
@@ -130,18 +151,20 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     if checkpoint in named:
         prefix, how = named[checkpoint]
         path = os.path.join(model_dir, prefix)
-        if not tf.io.gfile.exists(path + ".index"):
+        if not _exists(path + ".index"):
             raise ValueError(f"no {checkpoint} checkpoint in {model_dir} ({path}.index not found): "
                              f"{how}.")
         return path
-    if tf.io.gfile.isdir(checkpoint):
+    if _isdir(checkpoint):
+        import tensorflow as tf
+
         path = tf.train.latest_checkpoint(checkpoint)
         if path is None:
             raise ValueError(f"checkpoint={checkpoint!r} is a directory without a checkpoint in it.")
         return path
     if checkpoint.endswith(".index"):
         checkpoint = checkpoint[:-len(".index")]
-    if not tf.io.gfile.exists(checkpoint + ".index"):
+    if not _exists(checkpoint + ".index"):
         raise ValueError(f"checkpoint {checkpoint!r} not found (no {checkpoint}.index).")
     return checkpoint
 

@@ -1,6 +1,6 @@
 """keras_transformer/runs.py: which checkpoint of a run is used when none is named (averaged, else
-the moving average, else best, else latest; section 6.1 decodes with averaged weights), and what is
-said when none exists."""
+the moving average, else best, else latest; section 6.1 decodes with averaged weights), what is
+said when none exists, and that a run on a TensorFlow file system reads as one on the local disk."""
 
 import os
 import time
@@ -53,3 +53,40 @@ def test_the_moving_average_comes_after_the_averaged_and_before_the_best(tmp_pat
     write(os.path.join(run, "ckpt-2"), 5)
     assert runs.default_checkpoint(run) == (runs.BEST, best)
     assert runs.resolve_checkpoint(run, runs.EMA) == ema  # named, it is still there
+
+
+def test_a_run_on_a_tensorflow_file_system_reads_as_on_the_local_disk(tmp_path):
+    """Local paths are read without TensorFlow (a program answers a bad flag before its start-up);
+    a gs://-style one through tf.io.gfile: ram://, TensorFlow's in-memory file system, stands in
+    for a bucket. The same run folder in both places gives the same answers."""
+    local, remote = str(tmp_path / "run"), f"ram://{tmp_path.name}/run"
+    for run in (local, remote):
+        tf.io.gfile.makedirs(run)
+        with tf.io.gfile.GFile(os.path.join(run, runs.CONFIG_FILE), "w") as stream:
+            stream.write('{"model": {"d_model": 8}, "vocab_path": "v.model"}')
+        for prefix in ("ckpt-1", runs.AVERAGED_PREFIX):
+            tf.train.Checkpoint(v=tf.Variable(1.0)).write(os.path.join(run, prefix))
+        tf.compat.v1.train.update_checkpoint_state(run, os.path.join(run, "ckpt-1"))
+
+    def answers(run):
+        # Not the bare prefix RUN/ckpt-1: ram:// calls any leading part of a file's name a folder.
+        found = [runs.read_config(run)]
+        for checkpoint in (runs.AVERAGED, runs.LATEST, run, os.path.join(run, "ckpt-1.index"),
+                           runs.EMA, os.path.join(run, "ckpt-9")):
+            try:
+                found.append(runs.resolve_checkpoint(run, checkpoint))
+            except ValueError as error:
+                found.append(f"ValueError: {error}")
+        try:
+            runs.read_config(os.path.join(run, "nothing"))
+        except ValueError as error:
+            found.append(f"ValueError: {error}")
+        return [str(answer).replace(run, "RUN") for answer in found]
+
+    on_disk = answers(local)
+    assert on_disk[0] == str({"model": {"d_model": 8}, "vocab_path": "v.model"})
+    assert on_disk[1:5] == ["RUN/averaged/ckpt"] + ["RUN/ckpt-1"] * 3
+    assert on_disk[5].startswith("ValueError: no ema checkpoint in RUN")
+    assert on_disk[6].startswith("ValueError: checkpoint 'RUN/ckpt-9' not found")
+    assert on_disk[7].startswith("ValueError: RUN/nothing/config.json not found")
+    assert answers(remote) == on_disk

@@ -25,17 +25,22 @@ flags.register_validator("last", lambda v: v > 0, "--last must be positive.")
 
 
 def check_flags():
-    checks.run_dir("model_dir", FLAGS.model_dir)
+    """The checkpoints and the output first, the run folder last (finding its latest checkpoint
+    starts TensorFlow), so a mistyped path is answered at once."""
     for prefix in FLAGS.checkpoints or ():
         if not os.path.isfile(prefix.removesuffix(".index") + ".index"):
             raise app.UsageError(f"--checkpoints: {prefix} is not a checkpoint (no "
                                  f"{prefix.removesuffix('.index')}.index)")
-    from keras_transformer import runs
-    from keras_transformer.training import last_checkpoints
+    if FLAGS.output:
+        checks.output_file("output", FLAGS.output)
+    checks.run_dir("model_dir", FLAGS.model_dir)
+    if not FLAGS.output:  # the default lies in the run folder, checked by now
+        from keras_transformer import runs
 
-    output = FLAGS.output or os.path.join(FLAGS.model_dir, runs.AVERAGED_PREFIX)
-    checks.output_file("output", output)
+        checks.output_file("output", os.path.join(FLAGS.model_dir, runs.AVERAGED_PREFIX))
     if not FLAGS.checkpoints:
+        from keras_transformer.training import last_checkpoints
+
         # The trainer averages what there is; a user who asked for N checkpoints gets N or a
         # line saying what there is.
         paths = last_checkpoints(FLAGS.model_dir, FLAGS.last)

@@ -122,19 +122,21 @@ def load_translate_fn():
 
 
 def check_flags():
-    """The run folder (and its checkpoint) or the SavedModel, and the output: before any work."""
+    """The run folder (and its checkpoint) or the SavedModel, and the output: before any work.
+    The run folders last: finding a run's latest checkpoint starts TensorFlow, and a mistyped
+    path is answered at once."""
     if FLAGS.saved_model:
         given = ["--checkpoint"] * FLAGS["checkpoint"].present + decoding_flags.given()
         if given:
             raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
                                  "its search settings baked in.")
         checks.saved_model("saved_model", FLAGS.saved_model)
-    else:
-        run_flags.check_runs()
     if FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.output:
         checks.output_file("output", FLAGS.output)
+    if not FLAGS.saved_model:
+        run_flags.check_runs()
 
 
 def write_lines(path, lines):

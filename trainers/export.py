@@ -47,13 +47,13 @@ FLAGS = flags.FLAGS
 
 def check_flags(name):
     """Fails early (before loading anything) on a bad run folder or checkpoint, an unwritable
-    --export_dir or an existing version."""
+    --export_dir or an existing version; the run folder last (finding its latest checkpoint starts
+    TensorFlow), so a mistyped path is answered at once."""
     if not name or os.sep in name or name in (".", ".."):
         raise app.UsageError(f"--name={name!r} must be a plain folder name.")
     if len(run_flags.model_dirs()) > 1:
         raise app.UsageError(f"--model_dir={FLAGS.model_dir}: an ensemble cannot be exported; "
                              "export one run (translate and evaluate decode ensembles).")
-    checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
     if FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)
     checks.output_dir("export_dir", FLAGS.export_dir)
@@ -64,6 +64,7 @@ def check_flags(name):
             if os.path.exists(target):
                 raise app.UsageError(f"--version={FLAGS.version}: {target} exists already; pass "
                                      "another --version, or none for the next free one.")
+    checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
 
 
 def serving_help(paths, name, sample_ids):

@@ -29,6 +29,10 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
+    from keras_transformer.data.config import WMT14_DATASETS
+
+    if FLAGS.download and FLAGS.dataset not in WMT14_DATASETS:
+        raise app.UsageError("--download applies to --dataset=wmt14_en_de/wmt14_en_fr only.")
     config = data_flags.data_config()
     prepare(config)  # bad input: console.run prints the message (file:line or flag), no trace
 
@@ -38,8 +42,6 @@ def prepare(config):
     from keras_transformer.data import batching, wmt
 
     if FLAGS.download:
-        if config.dataset not in wmt.WMT14:
-            raise app.UsageError("--download applies to --dataset=wmt14_en_de/wmt14_en_fr only.")
         wmt.download_and_prepare(config.dataset, config.data_dir)
 
     tokenizer, learned = data.load_or_learn_tokenizer(config, overwrite=FLAGS.overwrite_vocab)

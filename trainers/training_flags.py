@@ -143,17 +143,16 @@ def training_config(model_dir: str, keep_only_the_averaged: bool = False):
             early_stopping_min_delta=FLAGS.early_stopping_min_delta,
             ema_decay=FLAGS.ema_decay)
     except ValueError as error:
-        if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
-            raise app.UsageError("--train_steps=0 needs --train_minutes, or training never "
-                                 "ends.") from None
         raise app.UsageError(str(error)) from None
 
 
 def check(model_dir: str):
-    """The model flags fit together, --init_from names a run whose model the flags give (unless
-    ``model_dir`` resumes from checkpoints of its own), and early stopping and --export_best have
-    the evaluations they watch: one line each, before any slow work."""
+    """The model flags fit together, training has an end, --init_from names a run whose model the
+    flags give (unless ``model_dir`` resumes from checkpoints of its own), and early stopping and
+    --export_best have the evaluations they watch: one line each, before any slow work."""
     model_flags.check()
+    if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
+        raise app.UsageError("--train_steps=0 needs --train_minutes, or training never ends.")
     if FLAGS.export_best and not FLAGS.dev_bleu_sentences:
         raise app.UsageError("--export_best exports on the best dev BLEU: it needs "
                              "--dev_bleu_sentences > 0.")

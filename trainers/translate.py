@@ -114,7 +114,8 @@ def choose_default_model():
 
 def check_flags():
     """The run folder (and its checkpoint) or the SavedModel, the input and the output: before
-    any work."""
+    any work. The run folders last: finding a run's latest checkpoint starts TensorFlow, and a
+    mistyped path is answered at once."""
     if FLAGS.model_dir is None and FLAGS.saved_model is None:
         choose_default_model()
     sampling = sampling_flags.given()
@@ -136,13 +137,14 @@ def check_flags():
             raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds --beam_size={FLAGS.beam_size}: "
                                  "the search keeps only beam_size hypotheses; raise --beam_size or "
                                  "lower --n_best.")
-        run_flags.check_runs()
         if FLAGS.vocab_path is not None:
             checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.input is not None:
         checks.input_file("input", FLAGS.input)
     if FLAGS.output is not None:
         checks.output_file("output", FLAGS.output)
+    if FLAGS.saved_model is None:
+        run_flags.check_runs()
 
 
 def exported_settings(path):
