@@ -3,8 +3,8 @@ status, one line on stderr naming the flag (or file:line), no traceback, and not
 in the folders the command writes to. Good files with CRLF line ends or a byte order mark train.
 
 Each case runs the real command in a fresh folder (its default outputs go there) on a small run
-folder and export made once for the module. All but the few that must find a checkpoint first
-(AFTER_TENSORFLOW) are answered before TensorFlow is imported: a typo costs no start-up.
+folder and export made once for the module. All but the few in AFTER_TENSORFLOW (which says why)
+are answered before TensorFlow is imported: a typo costs no start-up.
 """
 
 import os
@@ -36,8 +36,9 @@ def run(module, args, cwd, record, timeout=300):
     result = subprocess.run([sys.executable, "-c", RUN_AND_RECORD, f"trainers.{module}", *args],
                             cwd=cwd, env=env, capture_output=True, timeout=timeout,
                             stdin=subprocess.DEVNULL)
-    imported = {"True": True, "False": False}[record.read_text()]
-    return result.returncode, result.stderr.decode("utf-8", "replace"), imported
+    stderr = result.stderr.decode("utf-8", "replace")
+    assert record.exists(), "the command ended without Python's exit handlers:\n" + stderr[-2000:]
+    return result.returncode, stderr, {"True": True, "False": False}[record.read_text()]
 
 
 def tree(path):
@@ -267,8 +268,9 @@ COMMAND_CASES = (
 )
 
 
-# The cases answered after TensorFlow's start-up, and why: only TensorFlow reads the checkpoint
-# index file that names a run's latest checkpoint; evaluate reads its data after the run's checks
+# The cases answered after TensorFlow's start-up, and why: a run's latest checkpoint (the run's of
+# translate and average_checkpoints, --init_from's, and whether the new run resumes its own) is
+# named by an index file only TensorFlow reads; evaluate reads its data after the run's checks
 # (without data flags, the corpus is the one the run records); the quickstart's recipe, chosen
 # before its data flags are read (it may set their vocabulary size), depends on the precision
 # --mixed_precision=auto resolves to, which asks TensorFlow for GPUs.
