@@ -74,8 +74,8 @@ def write_json(path: str, value: dict) -> dict:
 
 def _gfile(path: str):
     """``tf.io.gfile`` for a gs://-style path, which only TensorFlow's file systems read; None for
-    a local path, which the os module reads without starting TensorFlow: a program checking its
-    flags answers a bad one at once (trainers/checks.py)."""
+    a local path, which the os module reads without starting TensorFlow, so that a program checking
+    its flags answers a bad one at once."""
     if "://" not in path:
         return None
     import tensorflow as tf
