@@ -67,13 +67,14 @@ flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of th
 RECORDS = ("the run", "the export")
 
 
-def test_data_config():
-    """``(config, origin)``: the data flags if any is given (origin "the data flags"); else the
-    corpus that the run (--model_dir: its config.json) or the export (--saved_model: its
-    assets/config.json) records (origin one of ``RECORDS``); else, for a run or export that
-    records none, the data flags' defaults (origin says so)."""
-    if any(FLAGS[name].present for name in data_flags.CORPUS_FLAGS):
-        return data_flags.data_config(writes=False), "the data flags"
+def test_data_config(given_data=None):
+    """``(config, origin)``: ``given_data``, the data flags' config (``check_flags``'), if any data
+    flag is given (origin "the data flags"); else the corpus that the run (--model_dir: its
+    config.json) or the export (--saved_model: its assets/config.json) records (origin one of
+    ``RECORDS``); else, for a run or export that records none, the data flags' defaults (origin
+    says so)."""
+    if given_data is not None:
+        return given_data, "the data flags"
     if FLAGS.model_dir:
         from keras_transformer import runs
 
@@ -122,9 +123,10 @@ def load_translate_fn():
 
 
 def check_flags():
-    """The run folder (and its checkpoint) or the SavedModel, and the output: before any work.
-    The run folders last: finding a run's latest checkpoint starts TensorFlow, and a mistyped
-    path is answered at once."""
+    """The run folder (and its checkpoint) or the SavedModel, the output and the files the data
+    flags name: before any work. The run folders last: finding a run's latest checkpoint starts
+    TensorFlow, and a mistyped path is answered at once. Returns the data flags' DataConfig if any
+    data flag is given, else None."""
     if FLAGS.saved_model:
         given = ["--checkpoint"] * FLAGS["checkpoint"].present + decoding_flags.given()
         if given:
@@ -135,8 +137,11 @@ def check_flags():
         checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.output:
         checks.output_file("output", FLAGS.output)
+    given_data = (data_flags.data_config(writes=False)
+                  if any(FLAGS[name].present for name in data_flags.CORPUS_FLAGS) else None)
     if not FLAGS.saved_model:
         run_flags.check_runs()
+    return given_data
 
 
 def write_lines(path, lines):
@@ -146,9 +151,9 @@ def write_lines(path, lines):
 
 
 def main(argv):
-    check_flags()
+    given_data = check_flags()
     thread_flags.apply()
-    config, origin = test_data_config()
+    config, origin = test_data_config(given_data)
     print(describe_data(config, FLAGS.split, origin), flush=True)
     sources, references = read_pairs(config, FLAGS.split, FLAGS.limit, origin)
     translate_fn, source = load_translate_fn()
