@@ -67,7 +67,7 @@ flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of th
 RECORDS = ("the run", "the export")
 
 
-def test_data_config(given_data=None):
+def test_data_config(given_data):
     """``(config, origin)``: ``given_data``, the data flags' config (``check_flags``'), if any data
     flag is given (origin "the data flags"); else the corpus that the run (--model_dir: its
     config.json) or the export (--saved_model: its assets/config.json) records (origin one of
