@@ -76,7 +76,7 @@ def _gfile(path: str):
     """``tf.io.gfile`` for a gs://-style path, which only TensorFlow's file systems read; None for
     a local path, which the os module reads without starting TensorFlow, so that a program checking
     its flags answers a bad one at once."""
-    if "://" not in path:
+    if not writing.remote(path):
         return None
     import tensorflow as tf
 

@@ -57,6 +57,12 @@ def _is_write_failure(error: BaseException) -> bool:
     return isinstance(error, tf.errors.OpError)
 
 
+def remote(path) -> bool:
+    """A gs://-style path, which only TensorFlow's file systems (``tf.io.gfile``) read and write;
+    a local one the os module handles without starting TensorFlow."""
+    return "://" in str(path)
+
+
 def _temporary_name() -> str:
     return f"{TEMPORARY_PREFIX}{os.getpid()}-"
 
@@ -64,7 +70,7 @@ def _temporary_name() -> str:
 def write_file(path: str, data: Union[bytes, str]) -> str:
     """Writes ``data`` (text is UTF-8) to ``path`` atomically; returns ``path``. A ``gs://``-style
     path goes through ``tf.io.gfile``, whose object stores write whole objects anyway."""
-    if "://" in path:
+    if remote(path):
         import tensorflow as tf
 
         with tf.io.gfile.GFile(path, "wb") as stream:

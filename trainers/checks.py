@@ -14,18 +14,14 @@ from absl import app
 from keras_transformer import writing
 
 
-def _remote(path):
-    return "://" in str(path)  # gs:// and the like: TensorFlow's file systems check them later
-
-
 def _fail(flag, path, problem):
     raise app.UsageError(f"--{flag}={path}: {problem}")
 
 
 def input_file(flag, path, remedy=""):
     """``path`` exists, is a file and can be read (``remedy``: what to do if it does not exist)."""
-    if _remote(path):
-        return
+    if writing.remote(path):
+        return  # gs:// and the like: TensorFlow's file systems check it when it is read
     if not os.path.exists(path):
         _fail(flag, path, "no such file" + remedy)
     if os.path.isdir(path):
@@ -49,13 +45,13 @@ def output_dir(flag, path):
     """``path`` is a folder, or can become one, that this process can write into."""
     if not path:
         _fail(flag, path, "must name a folder")
-    if not _remote(path):
+    if not writing.remote(path):
         _writable(flag, path, os.path.abspath(path))
 
 
 def output_file(flag, path):
     """``path`` (a file, or a checkpoint prefix) is not a folder, and its folder can be written."""
-    if _remote(path):
+    if writing.remote(path):
         return
     if os.path.isdir(path):
         _fail(flag, path, "is a folder, not a file")
