@@ -1,10 +1,14 @@
-"""Dropout with 16-bit draws against the definition of (inverted) dropout and Keras' layer."""
+"""Dropout with 16-bit draws against the definition of (inverted) dropout and Keras' layer; its
+one-pass kernel against the TensorFlow ops it replaces."""
+
+import os
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.layers import dropout_kernel
 from keras_transformer.layers.dropout import Dropout, _draws_at_least
 
 
@@ -81,3 +85,147 @@ def test_config_round_trip():
     layer = Dropout(0.25, seed=9, name="residual_dropout")
     clone = keras.layers.deserialize(keras.layers.serialize(layer))
     assert type(clone) is Dropout and clone.rate == 0.25 and clone.seed == 9
+
+
+# The one-pass kernel (dropout_kernel.cc) against TensorFlow's ops, which the layer uses where the
+# kernel cannot be built and under XLA.
+
+def kernel_or_skip():
+    if dropout_kernel.ops() is None:
+        pytest.skip("the dropout kernel cannot be built here (the warning above says why)")
+
+
+def same_bits(a, b):
+    """Equal bit for bit, a NaN standing for any NaN (its sign bit carries nothing)."""
+    a, b = np.asarray(a), np.asarray(b)
+    bits = {4: np.uint32, 2: np.uint16}[a.dtype.itemsize]
+    nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
+    return bool(((a.view(bits) == b.view(bits)) | nan).all())
+
+
+def output_and_gradient(rate, seed, x, dy, traced):
+    layer = Dropout(rate, seed=seed, dtype="mixed_bfloat16" if x.dtype == tf.bfloat16 else None)
+
+    def run(x, dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        return y, tape.gradient(y, x, output_gradients=dy)
+
+    y, dx = (tf.function(run, autograph=False) if traced else run)(x, dy)
+    return y.numpy(), dx.numpy()
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@pytest.mark.parametrize("shape, rate", [((2048, 128), 0.1), ((3, 2049, 5), 0.5), ((129,), 0.3),
+                                         ((1,), 0.1), ((0, 4), 0.1)])
+@pytest.mark.parametrize("traced", [False, True])
+def test_the_kernel_gives_the_tensorflow_ops_outputs_and_gradients_bit_for_bit(
+        dtype, shape, rate, traced, monkeypatch):
+    kernel_or_skip()
+    values = np.random.default_rng(0).normal(size=shape).astype(np.float32)
+    if values.size > 8:  # a NaN and infinities, kept or dropped, stay what the ops make of them
+        values.flat[[0, 1, 2, 5]] = [np.nan, np.inf, -np.inf, -0.0]
+    x = tf.cast(values, dtype)
+    dy = tf.cast(np.random.default_rng(1).normal(size=shape), dtype)
+    seed = 2**40 + 17  # beyond int32: the seed reaches both paths reduced alike
+    with_kernel = output_and_gradient(rate, seed, x, dy, traced)
+    monkeypatch.setattr(dropout_kernel, "ops", lambda: None)
+    with_ops = output_and_gradient(rate, seed, x, dy, traced)
+    assert same_bits(with_kernel[0], with_ops[0]) and same_bits(with_kernel[1], with_ops[1])
+    if values.size > 1000:  # not vacuous: both drop about the rate's share of the units
+        assert abs((with_kernel[0] == 0).mean() - rate) < 0.02
+
+
+def graph_ops(function, *args):
+    return {op.type for op in function.get_concrete_function(*args).graph.get_operations()}
+
+
+def test_a_training_step_uses_the_kernel_and_xla_the_tensorflow_ops():
+    kernel_or_skip()
+    layer = Dropout(0.1, seed=3)
+    x = tf.ones([64, 32])
+    train = tf.function(lambda x: layer(x, training=True), autograph=False)
+    compiled = tf.function(lambda x: layer(x, training=True), autograph=False, jit_compile=True)
+    infer = tf.function(lambda x: layer(x, training=False), autograph=False)
+    assert "KerasTransformerDropoutKeep" in graph_ops(train, x)
+    assert "KerasTransformerDropoutKeep" not in graph_ops(compiled, x)
+    assert not {op for op in graph_ops(infer, x) if op.startswith("KerasTransformer")}
+    assert 0 < int(tf.reduce_sum(tf.cast(compiled(x) == 0, tf.int32))) < 64 * 32 * 0.2
+
+
+def test_a_model_trains_the_same_with_the_kernel_as_with_the_tensorflow_ops(monkeypatch):
+    """One training step of a small model, both ways: the same loss and the same new weights (up to
+    the order in which a graph may sum the same numbers)."""
+    kernel_or_skip()
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.training.schedule import paper_optimizer
+    from keras_transformer.training.step import TrainStep
+    from keras_transformer.weights import build_model
+
+    source = tf.constant(np.random.default_rng(2).integers(3, 64, size=(8, 12)), tf.int32)
+    target = tf.constant(np.random.default_rng(3).integers(3, 64, size=(8, 13)), tf.int32)
+    batch = ((source, target[:, :-1]), target[:, 1:])
+
+    def one_step(precision):
+        keras.utils.set_random_seed(0)
+        config = TransformerConfig.from_preset("tiny", vocab_size=64, dropout_rate=0.3)
+        model = build_model(config, precision)
+        optimizer = paper_optimizer(config.d_model)
+        optimizer.build(model.trainable_variables)
+        step = TrainStep(model, optimizer, label_smoothing=0.1)
+        loss = float(step.step_on_batches((batch,))["loss_sum"])
+        return loss, [v.numpy() for v in model.trainable_variables], step
+
+    for precision in ("float32", "bfloat16"):
+        loss, weights, step = one_step(precision)
+        ops = {op.type for f in step._forward_backward._list_all_concrete_functions()
+               for op in f.graph.get_operations()}
+        assert "KerasTransformerDropoutKeep" in ops and "KerasTransformerApplyKeep" in ops
+        with monkeypatch.context() as patch:
+            patch.setattr(dropout_kernel, "ops", lambda: None)
+            reference_loss, reference, _ = one_step(precision)
+        assert loss == pytest.approx(reference_loss, rel=1e-6)
+        for ours, theirs in zip(weights, reference):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_without_a_compiler_the_layer_keeps_tensorflow_ops_and_says_so_once(
+        tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", "false")  # a compiler that fails
+    dropout_kernel.ops.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            assert dropout_kernel.ops() is None and dropout_kernel.ops() is None
+            y = Dropout(0.5, seed=1)(tf.ones([100]), training=True)
+    finally:
+        monkeypatch.undo()
+        dropout_kernel.ops.cache_clear()
+    warnings = [r.getMessage() for r in caplog.records if "dropout" in r.getMessage()]
+    assert len(warnings) == 1 and "the compiler exited with 1" in warnings[0], warnings
+    assert os.listdir(tmp_path / "cache") == []  # no half-written library left
+    assert 20 < int(tf.reduce_sum(tf.cast(y == 0, tf.int32))) < 80
+
+
+def test_the_switch_keeps_tensorflow_ops_without_building(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(dropout_kernel.SWITCH, "0")
+    dropout_kernel.ops.cache_clear()
+    try:
+        assert dropout_kernel.ops() is None
+    finally:
+        monkeypatch.undo()
+        dropout_kernel.ops.cache_clear()
+    assert not (tmp_path / "cache").exists()
+
+
+def test_asked_again_after_a_reset_the_kernel_loads_and_its_gradient_stays_registered():
+    kernel_or_skip()
+    dropout_kernel.ops.cache_clear()  # as the tests above do: TensorFlow allows one registration
+    layer = Dropout(0.5, seed=6)
+    x = tf.random.normal([300])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(), np.where(y.numpy() != 0, 2.0, 0.0))

@@ -55,6 +55,14 @@ if [ ! -d /usr/share/libreoffice/help/de/text ] && [ ! -d "$help_dir/usr/share/l
   rm -f "$help_dir"/libreoffice-help-*.deb
 fi
 
+# The dropout kernel (keras_transformer/layers/dropout_kernel.cc) is built with the C++ compiler;
+# without one training uses TensorFlow's ops instead: the same numbers, more slowly.
+if ! command -v c++ >/dev/null 2>&1; then
+  echo "setup: installing g++ (for the dropout kernel)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++ >/dev/null 2>&1 ||
+    echo "setup: could not install g++; training will use TensorFlow's dropout ops (slower, same numbers)"
+fi
+
 if [ ! -x "$venv/bin/python" ]; then
   echo "setup: creating virtual environment $venv"
   "$python" -m venv "$venv"
@@ -64,4 +72,9 @@ spec=".[pinned]"
 echo "setup: pip install -e '$spec' into $venv (the first time downloads ~2.7 GB)"
 "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
 "$venv/bin/python" -m pip install -q -e "$spec"
+# Built now rather than in the first training run's clock (a few seconds, once per TensorFlow version);
+# of TensorFlow's start-up lines only a warning about the kernel is shown.
+"$venv/bin/python" -c "from keras_transformer.layers import dropout_kernel
+print('setup: dropout kernel', 'ready' if dropout_kernel.ops() else 'not built: training uses TensorFlow ops')" \
+  2>&1 | grep -E "^setup: |dropout"
 echo "setup: done"

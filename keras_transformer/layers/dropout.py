@@ -2,6 +2,9 @@
 
 import keras
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
+
+from keras_transformer.layers import dropout_kernel
 
 _LEVELS = 1 << 16
 
@@ -18,6 +21,9 @@ class Dropout(keras.layers.Dropout):
     that exact keep probability, so ``E[output] = input`` as in Keras. The seed comes from the
     layer's ``SeedGenerator`` as in Keras, so checkpoints and configs are those of
     ``keras.layers.Dropout``. With a ``noise_shape`` (word dropout) Keras' path is used.
+
+    On CPU the same draws and products come from one kernel (``dropout_kernel``) where it can be
+    built, except under XLA, which compiles TensorFlow's ops and knows no custom op.
     """
 
     def call(self, inputs, training=False):
@@ -25,16 +31,33 @@ class Dropout(keras.layers.Dropout):
             return super().call(inputs, training=training)
         threshold = min(round(self.rate * _LEVELS), _LEVELS - 1)
         scale = _LEVELS / (_LEVELS - threshold)
-        keep = _draws_at_least(tf.shape(inputs), threshold, self.seed_generator.next())
+        seed = _int32_seed(self.seed_generator.next())
+        kernel = _kernel_for(inputs)
+        if kernel is not None:
+            key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+            return kernel.keras_transformer_dropout_keep(inputs, key, counter,
+                                                         threshold=threshold, scale=scale)[0]
+        keep = _draws_at_least(tf.shape(inputs), threshold, seed)
         mask = tf.where(keep, tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype))
         return inputs * mask
+
+
+def _kernel_for(inputs):
+    if inputs.dtype not in (tf.float32, tf.bfloat16):
+        return None
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return None
+    return dropout_kernel.ops()
+
+
+def _int32_seed(seed):
+    # Stateless ops want an int32 seed under XLA; Keras keeps its seed state in int64.
+    return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
 
 
 def _draws_at_least(shape, threshold, seed):
     """A boolean tensor of ``shape``: independent uniform 16-bit draws ``>= threshold``."""
     size = tf.reduce_prod(shape)
-    # Stateless ops want an int32 seed under XLA; Keras keeps its seed state in int64.
-    seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
     words = tf.random.stateless_uniform([(size + 1) // 2], seed, minval=None, maxval=None,
                                         dtype=tf.uint32)
     draws = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:size]

@@ -1,0 +1,246 @@
+// Dropout in one pass over memory, for training on CPU (keras_transformer/layers/dropout.py).
+//
+// TensorFlow's ops draw the random words into a tensor, then compare, select and multiply, each
+// a pass of its own. Here each block of units draws its words and masks the input at once. The
+// words are those of tf.random.stateless_uniform(dtype=uint32) on CPU: Philox4x32-10 with the
+// key and counter of StatelessRandomGetKeyCounter, word w the (w % 4)-th output of the counter
+// advanced by w / 4, unit u the (u % 2)-th 16-bit half of word u / 2 (little-endian, as
+// tf.bitcast splits it). So the outputs and gradients are bit for bit those of the layer's
+// TensorFlow ops (tests/test_dropout.py), and a run trains the same with or without this file.
+//
+// DropoutKeep(x, key, counter) -> (y, keep): y = x * scale where the unit's draw >= threshold,
+// else x * 0; keep holds the decision (1 byte per unit) for the gradient,
+// ApplyKeep(dy, keep) -> dy * scale or dy * 0, one pass more.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace keras_transformer {
+namespace {
+
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+
+REGISTER_OP("KerasTransformerDropoutKeep")
+    .Input("x: T")
+    .Input("key: uint64")
+    .Input("counter: uint64")
+    .Attr("threshold: int >= 0")
+    .Attr("scale: float")
+    .Attr("T: {float, bfloat16}")
+    .Output("y: T")
+    .Output("keep: uint8")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(0));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("KerasTransformerApplyKeep")
+    .Input("dy: T")
+    .Input("keep: uint8")
+    .Attr("scale: float")
+    .Attr("T: {float, bfloat16}")
+    .Output("dx: T")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
+// x86-64 builds carry an AVX-512 and an AVX2 version of the loops, chosen when the library loads,
+// so that one build serves every CPU kind sharing a cache folder.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define KT_CLONES
+#endif
+
+constexpr uint32_t kW32A = 0x9E3779B9, kW32B = 0xBB67AE85;     // Philox's key increments
+constexpr uint32_t kM4x32A = 0xD2511F53, kM4x32B = 0xCD9E8D57; // and multipliers
+constexpr int kLanes = 16;                  // Philox counters computed side by side
+constexpr int64_t kBlock = 4 * 2 * kLanes;  // units per block: 4 words a counter, 2 units a word
+
+// Float <-> bfloat16 as Eigen's vectorized conversion does (round to nearest even, any NaN to
+// the quiet NaN 0x7FC0), written on the bits so that the loops vectorize.
+inline float Widen(float x) { return x; }
+inline float Widen(tensorflow::bfloat16 x) {
+  uint16_t bits;
+  std::memcpy(&bits, &x, 2);
+  const uint32_t wide = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, 4);
+  return f;
+}
+inline void Narrow(float f, float* out) { *out = f; }
+inline void Narrow(float f, tensorflow::bfloat16* out) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+  const uint16_t rounded = uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  const uint16_t bits = nan ? uint16_t(0x7FC0u) : rounded;
+  std::memcpy(out, &bits, 2);
+}
+
+// The 16-bit draws of units [block * kBlock, (block + 1) * kBlock): Philox of the kLanes counters
+// counter + block * kLanes + lane, in 64-bit lanes holding 32-bit values (a 32 x 32 -> 64-bit
+// product of zero-extended lanes is one vector instruction).
+inline void DrawBlock(const uint32_t counter[4], const uint32_t key[2], uint64_t block,
+                      uint16_t draws[kBlock]) {
+  constexpr uint64_t kLow = 0xFFFFFFFFull;
+  uint64_t c0[kLanes], c1[kLanes], c2[kLanes], c3[kLanes];
+  const uint64_t low = (uint64_t(counter[1]) << 32) | counter[0];
+  const uint64_t high = (uint64_t(counter[3]) << 32) | counter[2];
+  for (int l = 0; l < kLanes; ++l) {  // Philox's Skip(block * kLanes + l): a 128-bit addition
+    const uint64_t sum = low + block * kLanes + l;
+    const uint64_t h = high + (sum < low);
+    c0[l] = sum & kLow;
+    c1[l] = sum >> 32;
+    c2[l] = h & kLow;
+    c3[l] = h >> 32;
+  }
+  uint64_t k0 = key[0], k1 = key[1];
+  for (int round = 0; round < 10; ++round) {
+    for (int l = 0; l < kLanes; ++l) {
+      const uint64_t p0 = uint64_t(kM4x32A) * c0[l];
+      const uint64_t p1 = uint64_t(kM4x32B) * c2[l];
+      const uint64_t n0 = ((p1 >> 32) ^ c1[l] ^ k0) & kLow;
+      const uint64_t n2 = ((p0 >> 32) ^ c3[l] ^ k1) & kLow;
+      c1[l] = p1 & kLow;
+      c3[l] = p0 & kLow;
+      c0[l] = n0;
+      c2[l] = n2;
+    }
+    k0 = (k0 + kW32A) & kLow;
+    k1 = (k1 + kW32B) & kLow;
+  }
+  for (int l = 0; l < kLanes; ++l) {
+    const uint64_t words[4] = {c0[l], c1[l], c2[l], c3[l]};
+    for (int w = 0; w < 4; ++w) {
+      draws[(l * 4 + w) * 2] = uint16_t(words[w]);
+      draws[(l * 4 + w) * 2 + 1] = uint16_t(words[w] >> 16);
+    }
+  }
+}
+
+template <typename T>
+KT_CLONES void DropBlocks(const T* __restrict in, T* __restrict out, uint8_t* __restrict keep,
+                          int64_t size, int64_t begin, int64_t end, const uint32_t counter[4],
+                          const uint32_t key[2], uint32_t threshold, float scale) {
+  uint16_t draws[kBlock];
+  for (int64_t block = begin; block < end; ++block) {
+    DrawBlock(counter, key, uint64_t(block), draws);
+    const int64_t base = block * kBlock;
+    const int64_t n = std::min<int64_t>(kBlock, size - base);
+    for (int64_t i = 0; i < n; ++i) {
+      Narrow(Widen(in[base + i]) * (draws[i] >= threshold ? scale : 0.0f), &out[base + i]);
+    }
+    for (int64_t i = 0; i < n; ++i) keep[base + i] = draws[i] >= threshold;
+  }
+}
+
+template <typename T>
+KT_CLONES void KeepUnits(const T* __restrict in, const uint8_t* __restrict keep, T* __restrict out,
+                         int64_t begin, int64_t end, float scale) {
+  for (int64_t i = begin; i < end; ++i) Narrow(Widen(in[i]) * (float(keep[i]) * scale), &out[i]);
+}
+
+// The scale in T, back in float: the TensorFlow ops multiply by the scale as a T constant.
+template <typename T>
+float ScaleAsT(OpKernelConstruction* ctx) {
+  float scale = 0;
+  const absl::Status status = ctx->GetAttr("scale", &scale);
+  if (!status.ok()) ctx->CtxFailure(__FILE__, __LINE__, status);
+  return Widen(T(scale));
+}
+
+template <typename T>
+class DropoutKeepOp : public OpKernel {
+ public:
+  explicit DropoutKeepOp(OpKernelConstruction* ctx) : OpKernel(ctx), scale_(ScaleAsT<T>(ctx)) {
+    int threshold = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("threshold", &threshold));
+    threshold_ = uint32_t(threshold);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& key = ctx->input(1);
+    const Tensor& counter = ctx->input(2);
+    OP_REQUIRES(ctx, key.NumElements() == 1 && counter.NumElements() == 2,
+                absl::InvalidArgumentError("key must hold 1 and counter 2 uint64 values"));
+    Tensor* y = nullptr;
+    Tensor* keep = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, x.shape(), &y));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, x.shape(), &keep));
+    const uint64_t k = key.flat<tensorflow::uint64>()(0);
+    const uint64_t c0 = counter.flat<tensorflow::uint64>()(0);
+    const uint64_t c1 = counter.flat<tensorflow::uint64>()(1);
+    const uint32_t key32[2] = {uint32_t(k), uint32_t(k >> 32)};
+    const uint32_t counter32[4] = {uint32_t(c0), uint32_t(c0 >> 32), uint32_t(c1),
+                                   uint32_t(c1 >> 32)};
+    const int64_t size = x.NumElements();
+    const T* in = x.flat<T>().data();
+    T* out = y->flat<T>().data();
+    uint8_t* kept = keep->flat<tensorflow::uint8>().data();
+    const uint32_t threshold = threshold_;
+    const float scale = scale_;
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(threads->num_threads, threads->workers, (size + kBlock - 1) / kBlock,
+                      /*cost_per_unit=*/kBlock * 16, [&](int64_t begin, int64_t end) {
+                        DropBlocks(in, out, kept, size, begin, end, counter32, key32, threshold,
+                                   scale);
+                      });
+  }
+
+ private:
+  const float scale_;
+  uint32_t threshold_;
+};
+
+template <typename T>
+class ApplyKeepOp : public OpKernel {
+ public:
+  explicit ApplyKeepOp(OpKernelConstruction* ctx) : OpKernel(ctx), scale_(ScaleAsT<T>(ctx)) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const Tensor& keep = ctx->input(1);
+    OP_REQUIRES(ctx, dy.NumElements() == keep.NumElements(),
+                absl::InvalidArgumentError("dy and keep differ in size"));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, dy.shape(), &dx));
+    const T* in = dy.flat<T>().data();
+    const uint8_t* kept = keep.flat<tensorflow::uint8>().data();
+    T* out = dx->flat<T>().data();
+    const float scale = scale_;
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(threads->num_threads, threads->workers, dy.NumElements(),
+                      /*cost_per_unit=*/4, [&](int64_t begin, int64_t end) {
+                        KeepUnits(in, kept, out, begin, end, scale);
+                      });
+  }
+
+ private:
+  const float scale_;
+};
+
+#define REGISTER_CPU(T)                                                                 \
+  REGISTER_KERNEL_BUILDER(Name("KerasTransformerDropoutKeep")                           \
+                              .Device(tensorflow::DEVICE_CPU)                           \
+                              .TypeConstraint<T>("T"),                                  \
+                          DropoutKeepOp<T>);                                            \
+  REGISTER_KERNEL_BUILDER(                                                              \
+      Name("KerasTransformerApplyKeep").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      ApplyKeepOp<T>);
+REGISTER_CPU(float)
+REGISTER_CPU(tensorflow::bfloat16)
+
+}  // namespace
+}  // namespace keras_transformer

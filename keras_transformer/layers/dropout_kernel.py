@@ -1,0 +1,105 @@
+"""The one-pass dropout kernel (``dropout_kernel.cc``): built on first use, loaded, or ``None``.
+
+TensorFlow has no fused dropout on CPU: its ops draw the random words into a tensor, then compare,
+select and multiply, each a pass over memory. The kernel does it in one pass, with the same random
+words, so a run's numbers are the same either way (tests/test_dropout.py). It is a TensorFlow
+custom op, compiled here with the C++ compiler against the installed TensorFlow's headers, into a
+cache folder kept per TensorFlow version and source; where it cannot be built (no compiler, another
+platform) the layer keeps TensorFlow's ops and says so once. It runs in training only, so exports
+and TF Serving never meet it.
+
+``KERAS_TRANSFORMER_DROPOUT_KERNEL=0`` keeps TensorFlow's ops; ``KERAS_TRANSFORMER_CACHE`` moves the
+cache folder (default ``$XDG_CACHE_HOME/keras_transformer``, else ``~/.cache/keras_transformer``).
+"""
+
+import functools
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+import tensorflow as tf
+from absl import logging
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dropout_kernel.cc")
+SWITCH = "KERAS_TRANSFORMER_DROPOUT_KERNEL"
+
+
+def cache_folder():
+    if os.environ.get("KERAS_TRANSFORMER_CACHE"):
+        return os.environ["KERAS_TRANSFORMER_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "keras_transformer")
+
+
+def compile_command(output):
+    compiler = shlex.split(os.environ.get("CXX") or "c++")
+    return [*compiler, "-shared", "-fPIC", "-O3", "-Wno-deprecated-declarations",
+            *tf.sysconfig.get_compile_flags(), SOURCE, "-o", output, *tf.sysconfig.get_link_flags()]
+
+
+def library_path():
+    """Where the build for this TensorFlow version, source and compiler lives (shared by the
+    environments that have that version)."""
+    with open(SOURCE, "rb") as stream:
+        source = stream.read()
+    build = repr((tf.__version__, sys.platform, os.environ.get("CXX"))).encode()
+    key = hashlib.sha256(source + build)
+    return os.path.join(cache_folder(), f"dropout_kernel-{key.hexdigest()[:16]}.so")
+
+
+@functools.lru_cache(maxsize=None)
+def ops():
+    """The loaded ops module, or ``None`` (switched off, a GPU visible, or no build possible)."""
+    if os.environ.get(SWITCH, "1") == "0":
+        return None
+    if tf.config.list_physical_devices("GPU"):  # a CPU kernel would pull the model's tensors back
+        return None
+    try:
+        path = library_path()
+        if not os.path.exists(path):
+            _build(path)
+        module = tf.load_op_library(path)
+    except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        logging.warning("dropout: the one-pass kernel could not be built or loaded (%s); "
+                        "using TensorFlow's ops, which give the same numbers more slowly. "
+                        "%s=0 keeps them without trying.", reason, SWITCH)
+        return None
+    global _loaded
+    _loaded = module
+    _register_gradient()
+    return module
+
+
+_loaded = None  # the ops module last loaded, for the gradient
+
+
+def _build(path):
+    """Compiles into a temporary file beside ``path`` and renames it, so that processes building
+    at once (the workers of a job) never load a half-written library."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    handle, partial = tempfile.mkstemp(suffix=".so.partial", dir=os.path.dirname(path))
+    os.close(handle)
+    try:
+        result = subprocess.run(compile_command(partial), capture_output=True, text=True,
+                                timeout=600)
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or [""])[-1]
+            raise OSError(f"the compiler exited with {result.returncode}"
+                          + (f": {last}" if last else ""))
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
+@functools.lru_cache(maxsize=None)  # once per process, however often ops() is asked again
+def _register_gradient():
+    @tf.RegisterGradient("KerasTransformerDropoutKeep")
+    def _gradient(op, dy, _):
+        # Kept units pass the incoming gradient on times the scale: the forward's own decisions.
+        dx = _loaded.keras_transformer_apply_keep(dy, op.outputs[1], scale=op.get_attr("scale"))
+        return dx, None, None
