@@ -55,11 +55,14 @@ REGISTER_OP("KerasTransformerApplyKeep")
     });
 
 // x86-64 builds carry an AVX-512 and an AVX2 version of the loops, chosen when the library loads,
-// so that one build serves every CPU kind sharing a cache folder.
+// so that one build serves every CPU kind sharing a cache folder (-DKT_CLONES= builds one version,
+// for the flags given, e.g. to test the AVX2 one on an AVX-512 machine).
+#ifndef KT_CLONES
 #if defined(__x86_64__) && defined(__GNUC__)
 #define KT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KT_CLONES
+#endif
 #endif
 
 constexpr uint32_t kW32A = 0x9E3779B9, kW32B = 0xBB67AE85;     // Philox's key increments
