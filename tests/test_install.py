@@ -1,6 +1,7 @@
 """What a user installs: every `pip install` line the project shows installs this project from a
 path or by its own distribution name, or a named third-party package; the links and images of the
-README and docs/ resolve; the README stays one screen; and every install requirement, in its range
+README and docs/ resolve; the README stays one screen; setup.sh's Debian installs survive a fresh
+image's missing package lists; and every install requirement, in its range
 and as pinned, has a wheel for each Python that `python_requires` admits on Linux x86-64, and
 TensorFlow none for the first one it excludes (asked of PyPI when the network is there, skipped
 otherwise)."""
@@ -10,6 +11,7 @@ import glob
 import json
 import os
 import re
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -75,6 +77,45 @@ def test_every_pip_install_line_installs_this_project_from_a_path():
                 f"{where}: {line!r} installs {argument!r}"
             assert "git+" not in argument, f"{where}: {line!r}"
     assert seen >= 5
+
+
+def shell_function(name):
+    """The text of shell function ``name`` of trainers/setup.sh."""
+    with open(os.path.join(ROOT, "trainers", "setup.sh"), encoding="utf-8") as stream:
+        text = stream.read()
+    return re.search(rf"^{name}\(\) {{\n.*?^}}\n", text, re.M | re.S).group(0)
+
+
+@pytest.mark.parametrize("update_works", [True, False])
+def test_setup_installs_debian_packages_again_after_apt_get_update(tmp_path, update_works):
+    # A fresh image has no package lists: `apt-get install` fails until `apt-get update` has run.
+    # A fake apt-get (as root: a fake `id`) records its calls.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "id").write_text("#!/bin/sh\necho 0\n")
+    (fake / "apt-get").write_text(f"""#!/bin/sh
+echo "$*" >> {tmp_path}/calls
+case "$1" in
+  update) {'touch ' + str(tmp_path / 'lists') if update_works else 'exit 100'} ;;
+  install) [ -f {tmp_path}/lists ] || exit 100 ;;
+esac
+""")
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    script = shell_function("as_root") + shell_function("apt_install") + "apt_install g++\n"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"})
+    calls = [line.split()[0] for line in (tmp_path / "calls").read_text().splitlines()]
+    if update_works:
+        assert result.returncode == 0, result.stderr
+        assert calls == ["install", "update", "install"]
+    else:
+        assert result.returncode != 0 and calls == ["install", "update"]
+    # Every Debian install of setup.sh goes through that function (the corpus and g++ alike).
+    with open(os.path.join(ROOT, "trainers", "setup.sh"), encoding="utf-8") as stream:
+        text = stream.read()
+    assert text.count("apt-get install") == shell_function("apt_install").count("apt-get install")
+    assert text.count("apt_install ") == 2  # the corpus and g++
 
 
 def local_links(path):

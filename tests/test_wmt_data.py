@@ -38,6 +38,8 @@ def test_english_is_the_source_and_splits_map_to_newstest(tmp_path, dataset, con
     # newstest2013 is TFDS "validation" (our dev), newstest2014 is "test".
     assert requested == [("wmt14_translate", config_name, s)
                          for s in ("train", "validation", "test")]
+    # sacreBLEU's tokenizer and the compound splitting take the language read as the target.
+    assert config.target_language == config_name.split("-")[0]
 
 
 def test_mocked_wmt_feeds_token_budget_batches(tmp_path):

@@ -18,6 +18,13 @@ as_root() {
   else return 1; fi
 }
 
+# Installs Debian packages; once more after `apt-get update` (a fresh image has no package lists).
+apt_install() {
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 ||
+    { as_root apt-get update -q >/dev/null &&
+      as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null; }
+}
+
 apt_packages=()
 command -v "$python" >/dev/null 2>&1 || apt_packages+=(python3)
 if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then apt_packages+=(python3-venv python3-pip); fi
@@ -26,16 +33,14 @@ ding_file="${KT_DING_FILE:-/usr/share/trans/de-en}"
 
 if [ ${#apt_packages[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${apt_packages[*]}"
-  if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_packages[@]}" >/dev/null 2>&1; then
-    if ! { as_root apt-get update -q >/dev/null && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_packages[@]}" >/dev/null; }; then
-      # Without root the corpus can still be unpacked into the project (the data flags point at it).
-      if [[ " ${apt_packages[*]} " == *" trans-de-en "* ]] && command -v apt-get >/dev/null; then
-        echo "setup: no root; unpacking trans-de-en into data/trans-de-en instead"
-        mkdir -p data/trans-de-en && (cd data/trans-de-en && apt-get download trans-de-en >/dev/null && dpkg -x trans-de-en_*.deb . && rm -f trans-de-en_*.deb)
-      else
-        echo "setup: could not install ${apt_packages[*]} (need root or sudo)." >&2
-        exit 1
-      fi
+  if ! apt_install "${apt_packages[@]}"; then
+    # Without root the corpus can still be unpacked into the project (the data flags point at it).
+    if [[ " ${apt_packages[*]} " == *" trans-de-en "* ]] && command -v apt-get >/dev/null; then
+      echo "setup: no root; unpacking trans-de-en into data/trans-de-en instead"
+      mkdir -p data/trans-de-en && (cd data/trans-de-en && apt-get download trans-de-en >/dev/null && dpkg -x trans-de-en_*.deb . && rm -f trans-de-en_*.deb)
+    else
+      echo "setup: could not install ${apt_packages[*]} (need root or sudo)." >&2
+      exit 1
     fi
   fi
 fi
@@ -59,7 +64,7 @@ fi
 # without one training uses TensorFlow's ops instead: the same numbers, more slowly.
 if ! command -v c++ >/dev/null 2>&1; then
   echo "setup: installing g++ (for the dropout kernel)"
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q g++ >/dev/null 2>&1 ||
+  apt_install g++ ||
     echo "setup: could not install g++; training will use TensorFlow's dropout ops (slower, same numbers)"
 fi
 

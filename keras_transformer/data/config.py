@@ -9,7 +9,13 @@ import hashlib
 import os
 from typing import Optional
 
-WMT14_DATASETS = ("wmt14_en_de", "wmt14_en_fr")
+# The paper's WMT 2014 pairs (English is the source): our name -> (its TFDS name, the target
+# language). data/wmt.py reads them through TFDS.
+WMT14 = {
+    "wmt14_en_de": ("wmt14_translate/de-en", "de"),
+    "wmt14_en_fr": ("wmt14_translate/fr-en", "fr"),
+}
+WMT14_DATASETS = tuple(WMT14)
 DING_DATASET = "ding_de_en"
 LIBREOFFICE_DATASET = "libreoffice_help_en_de"
 OFFLINE_DATASETS = (LIBREOFFICE_DATASET, DING_DATASET)
@@ -19,7 +25,7 @@ DATASETS = WMT14_DATASETS + OFFLINE_DATASETS + (FILES_DATASET,)
 # The paper's ~37,000 shared BPE tokens for WMT (section 5.1); 37,000 = 8 * 4,625.
 # 8,000 for the offline corpora and your own files (small vocabularies suit small data better,
 # Sennrich & Zhang 2019; the main job chooses its size by measurement).
-DEFAULT_VOCAB_SIZES = {"wmt14_en_de": 37000, "wmt14_en_fr": 37000}
+DEFAULT_VOCAB_SIZES = dict.fromkeys(WMT14_DATASETS, 37000)
 DEFAULT_VOCAB_SIZE = 8000
 
 
@@ -99,7 +105,7 @@ class DataConfig:
     def target_language(self) -> str:
         """The language code of the target side, for sacreBLEU's tokenizer and the compound
         splitting of the paper's BLEU: "fr" for WMT14 En-Fr, else "de"."""
-        return "fr" if self.dataset == "wmt14_en_fr" else "de"
+        return WMT14[self.dataset][1] if self.dataset in WMT14 else "de"
 
     @property
     def effective_vocab_path(self) -> str:

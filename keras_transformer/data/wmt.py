@@ -14,13 +14,9 @@ from typing import Tuple
 
 import tensorflow as tf
 
+from keras_transformer.data.config import WMT14
 from keras_transformer.data.offline_builder import no_stray_tfds_folder
 
-# Our dataset name -> (TFDS name, target language).
-WMT14 = {
-    "wmt14_en_de": ("wmt14_translate/de-en", "de"),
-    "wmt14_en_fr": ("wmt14_translate/fr-en", "fr"),
-}
 # Our split names -> TFDS split names (newstest2013 is `validation`, newstest2014 `test`).
 SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
