@@ -92,8 +92,10 @@ def test_config_round_trip():
 # kernel cannot be built and under XLA.
 
 def kernel_or_skip():
-    """Skips only where there is no C++ compiler (setup.sh installs one where it can): with one, a
-    kernel that does not build or load is a failure, not a skip."""
+    """Skips only where the kernel is switched off or there is no C++ compiler (setup.sh installs
+    one where it can): with one, a kernel that does not build or load is a failure, not a skip."""
+    if os.environ.get(dropout_kernel.SWITCH) == "0":
+        pytest.skip(f"{dropout_kernel.SWITCH}=0 switches the dropout kernel off")
     compiler = dropout_kernel.compile_command(os.devnull)[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C++ compiler ({compiler}) here to build the dropout kernel")
@@ -200,6 +202,7 @@ def test_without_a_compiler_the_layer_keeps_tensorflow_ops_and_says_so_once(
         tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
+    monkeypatch.delenv(dropout_kernel.SWITCH, raising=False)  # tried, not switched off
     dropout_kernel.ops.cache_clear()
     try:
         with caplog.at_level("WARNING"):
