@@ -50,10 +50,15 @@ def library_path():
     return os.path.join(cache_folder(), f"dropout_kernel-{key.hexdigest()[:16]}.so")
 
 
+def switched_off():
+    """Whether the environment turns the kernel off (``SWITCH`` set to 0)."""
+    return os.environ.get(SWITCH, "1") == "0"
+
+
 @functools.lru_cache(maxsize=None)
 def ops():
     """The loaded ops module, or ``None`` (switched off, a GPU visible, or no build possible)."""
-    if os.environ.get(SWITCH, "1") == "0":
+    if switched_off():
         return None
     if tf.config.list_physical_devices("GPU"):  # a CPU kernel would pull the model's tensors back
         return None
