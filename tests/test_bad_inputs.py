@@ -270,17 +270,12 @@ COMMAND_CASES = (
 
 # The cases answered after TensorFlow's start-up, and why: a run's latest checkpoint (the run's of
 # translate and average_checkpoints, --init_from's, and whether the new run resumes its own) is
-# named by an index file only TensorFlow reads; the quickstart's recipe, chosen before its data
-# flags are read (it may set their vocabulary size), depends on the precision
-# --mixed_precision=auto resolves to, which asks TensorFlow for GPUs.
+# named by an index file only TensorFlow reads.
 AFTER_TENSORFLOW = {
     "translate:--model_dir=no_checkpoint",
     "average_checkpoints:--model_dir=run --last=3",
     "wmt:--dataset=ding_de_en --init_from=base/missing",
     "wmt:--dataset=ding_de_en --init_from=run --preset=tiny --d_model=64",
-    "quickstart:--dataset=files --train_data=files/missing.tsv",
-    "quickstart:--dataset=files --train_data=files",
-    "quickstart:--dataset=files --train_data=files/empty.tsv",
     "quickstart:--init_from=no_checkpoint",
 }
 

@@ -297,6 +297,41 @@ def test_a_run_folder_resumes_with_its_own_model(monkeypatch, tmp_path, bf16_cpu
         assert FLAGS.vocab_size == vocab_size and "resumes" not in line, line
 
 
+def test_the_data_stage_gets_the_vocabulary_size_of_the_run_it_resumes(monkeypatch, tmp_path):
+    """The data flags are read (and the corpus checked) before the recipe, which may keep a
+    resumed run's vocabulary size: the data stage gets that size, not the flag's default."""
+    import tensorflow as tf
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer import runs
+    from keras_transformer.config import TransformerConfig
+    from trainers import quickstart
+
+    files = corpus(tmp_path)
+    earlier = quickstart.QUICKSTART_DEFAULTS["vocab_size"] // 2
+    run_dir = tmp_path / "run"
+    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"model": TransformerConfig.from_preset(
+        "mini", vocab_size=earlier).to_dict()})
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(run_dir), 1).save()
+
+    class Reached(Exception):
+        pass
+
+    def stage_data(config):
+        raise Reached(config)
+
+    monkeypatch.setattr(quickstart, "stage_data", stage_data)
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", f"--model_dir={run_dir}", f"--export_dir={tmp_path / 'saved'}",
+                     "--dataset=files", f"--train_data={files['train']}",
+                     f"--dev_data={files['dev']}", f"--test_data={files['test']}",
+                     f"--data_dir={tmp_path / 'data'}"])
+        with pytest.raises(Reached) as reached:
+            quickstart.main(["quickstart"])
+    assert reached.value.args[0].vocab_size == earlier
+
+
 @pytest.mark.parametrize("bf16_cpu", [True, False])
 def test_a_fine_tuned_run_has_its_source_model_and_is_timed_with_it(monkeypatch, tmp_path,
                                                                     bf16_cpu):

@@ -644,8 +644,9 @@ def main(argv):
     # Every path is checked first: a typo or a read-only disk is found now, not after training.
     checks.output_dir("model_dir", FLAGS.model_dir)
     checks.output_dir("export_dir", FLAGS.export_dir)
-    recipe = choose_recipe()
-    config = data_flags.data_config(xla=FLAGS.xla)
+    config = data_flags.data_config(xla=FLAGS.xla)  # the corpus checked before TensorFlow starts
+    recipe = choose_recipe()  # asks TensorFlow for the precision; may keep a run's vocabulary size
+    config = dataclasses.replace(config, vocab_size=FLAGS.vocab_size)
     training_flags.check(FLAGS.model_dir)
     training_config = training_flags.training_config(os.path.abspath(FLAGS.model_dir),
                                                      keep_only_the_averaged=True)
