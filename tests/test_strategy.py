@@ -1,6 +1,8 @@
-"""The training precision by name (keras_transformer.training.strategy) on either CPU kind,
-faked: with or without bfloat16 matrix units (AVX512-BF16 or AMX), no GPU here."""
+"""keras_transformer.training.strategy: the training precision by name on either CPU kind, faked
+(with or without bfloat16 matrix units, AVX512-BF16 or AMX; no GPU here), and the per-replica
+datasets of a distributed iterator built without tf.data's autotune."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -61,3 +63,28 @@ def test_a_training_run_s_start_line_carries_the_note(monkeypatch, tmp_path):
               log=lines.append)
     assert f"precision=bfloat16{strategy.precision_note('bfloat16')}, " in lines[0], lines[0]
     assert "no faster than float32" in lines[0]
+
+
+def test_replica_datasets_run_without_autotune_inside_the_context_only():
+    """The per-replica datasets of a multi-device iterator built inside the context have tf.data's
+    autotune off, and yield what they yield without it; one built after it has the default."""
+    from tensorflow.python.data.ops import multi_device_iterator_ops
+
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
+
+    def dataset_fn(context):
+        return tf.data.Dataset.range(40).map(lambda x: x * x).batch(4)
+
+    def replica_autotune(iterator):
+        return [device._dataset.options().autotune.enabled
+                for device in iterator._iterators[0]._iterator._device_iterators]
+
+    build = multi_device_iterator_ops._create_device_dataset
+    with strategy.replica_datasets_without_autotune():
+        inside = iter(mirrored.distribute_datasets_from_function(dataset_fn))
+    assert multi_device_iterator_ops._create_device_dataset is build
+    after = iter(mirrored.distribute_datasets_from_function(dataset_fn))
+    assert replica_autotune(inside) == [False]
+    assert replica_autotune(after) == [None]  # tf.data's default: on
+    for _ in range(10):
+        np.testing.assert_array_equal(next(inside).numpy(), next(after).numpy())

@@ -9,6 +9,7 @@ device) is visible, else ``default``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import TYPE_CHECKING
@@ -88,6 +89,40 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+@contextlib.contextmanager
+def replica_datasets_without_autotune():
+    """While in effect, the per-replica datasets that a distributed iterator builds (TensorFlow's
+    multi-device iterator: ``mirrored`` and ``multi_worker_mirrored``) run without tf.data's
+    autotuning; the input pipeline they read from keeps its own options.
+
+    Each of them is a one-element prefetch, with nothing to tune, but by default starts an
+    autotune thread, and deleting an iterator that is not exhausted (the training iterator at the
+    end of a run, or a dev pass that a signal cut short) waits out that thread's current sleep,
+    which grows to a minute, instead of waking it (TensorFlow 2.21). A mirrored run then
+    finished, or exited after its SIGTERM checkpoint, up to a minute late. TensorFlow has no option
+    for these datasets, so the private function that builds them is wrapped for the duration;
+    where it does not exist (another TensorFlow), nothing is changed.
+    """
+    import tensorflow as tf
+    from tensorflow.python.data.ops import multi_device_iterator_ops
+
+    build = getattr(multi_device_iterator_ops, "_create_device_dataset", None)
+    if build is None:
+        yield
+        return
+    options = tf.data.Options()
+    options.autotune.enabled = False
+
+    def without_autotune(*args, **kwargs):
+        return build(*args, **kwargs).with_options(options)
+
+    multi_device_iterator_ops._create_device_dataset = without_autotune
+    try:
+        yield
+    finally:
+        multi_device_iterator_ops._create_device_dataset = build
 
 
 def describe(strategy: tf.distribute.Strategy) -> str:

@@ -37,7 +37,8 @@ from keras_transformer.training.init_from import resolve as resolve_init_source
 from keras_transformer.training.init_from import restore as restore_init_source
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.step import TrainStep
-from keras_transformer.training.strategy import is_chief, worker_count
+from keras_transformer.training.strategy import (is_chief, replica_datasets_without_autotune,
+                                                  worker_count)
 from keras_transformer.weights import PRECISION_POLICIES, build_model, model_checkpoint
 
 RESUME_DATA = ("skip", "restart")
@@ -302,11 +303,12 @@ class Trainer:
             skip = skip_steps * config.accumulation_steps * replicas
             return dataset.skip(skip) if skip else dataset
 
-        iterator = iter(self.strategy.distribute_datasets_from_function(repeated))
-        dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
-                    if dev_dataset_fn else None)
-        with signals.polled(), self._peers_watched():
-            return self._loop(iterator, dev_data, callbacks, start_step, restored)
+        with replica_datasets_without_autotune():  # the iterators below end without a wait
+            iterator = iter(self.strategy.distribute_datasets_from_function(repeated))
+            dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
+                        if dev_dataset_fn else None)
+            with signals.polled(), self._peers_watched():
+                return self._loop(iterator, dev_data, callbacks, start_step, restored)
 
     @contextlib.contextmanager
     def _peers_watched(self):
