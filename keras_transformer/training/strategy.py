@@ -95,7 +95,8 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
 def replica_datasets_without_autotune():
     """While in effect, the per-replica datasets that a distributed iterator builds (TensorFlow's
     multi-device iterator: ``mirrored`` and ``multi_worker_mirrored``) run without tf.data's
-    autotuning; the input pipeline they read from keeps its own options.
+    autotuning. The input pipeline they read from keeps its own options: its autotune tunes it,
+    and its thread can still delay that pipeline's deletion in the same way.
 
     Each of them is a one-element prefetch, with nothing to tune, but by default starts an
     autotune thread, and deleting an iterator that is not exhausted (the training iterator at the
