@@ -303,7 +303,7 @@ class Trainer:
             skip = skip_steps * config.accumulation_steps * replicas
             return dataset.skip(skip) if skip else dataset
 
-        with replica_datasets_without_autotune():  # the iterators below end without a wait
+        with replica_datasets_without_autotune():  # their replica datasets end without a wait
             iterator = iter(self.strategy.distribute_datasets_from_function(repeated))
             dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
                         if dev_dataset_fn else None)
