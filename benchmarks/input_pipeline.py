@@ -8,8 +8,9 @@ Measures examples/s and tokens/s (real subword tokens of both sides; padded toke
 brackets) for one epoch of token-budget batches (text cached in memory, so this is
 tokenization + bucketing + padding, not disk), for the two bucket grids (multiples of 8, the
 trainer's with --xla, and tensor2tensor's exact x1.1 grid, the trainer's without XLA), and for
-the training configuration of the data flags (shuffle + repeat). Prints a table and writes the numbers as JSON. Not a test: timings
-depend on the machine and its load.
+the training configuration of the data flags (shuffle + repeat) with tf.data's autotune on and
+off (multi-device runs read it off). Prints a table and writes JSON. Not a test: timings depend on
+the machine and its load.
 """
 
 import os
@@ -62,6 +63,8 @@ def main(argv):
     config = data_flags.data_config(**(dict(vocab_size=512) if FLAGS.smoke else {}))
     split, epochs, train_batches = ("dev", 1, 5) if FLAGS.smoke else ("train", FLAGS.epochs,
                                                                        FLAGS.train_batches)
+    import tensorflow as tf
+
     from keras_transformer import data
     from keras_transformer.data import batching
 
@@ -81,26 +84,23 @@ def main(argv):
         rows.append(_row(name, *totals))
     training = batching.make_batches(pairs, tokenizer, data.bucket_spec(config),
                                      shuffle_buffer=20000, seed=config.seed, repeat=True)
-    _count(training, limit=20)
-    rows.append(_row(f"training (shuffle+repeat), {train_batches} batches",
-                     *_count(training, limit=train_batches)))
+    untuned = tf.data.Options()
+    untuned.autotune.enabled = False  # strategy.multi_device_input_without_autotune
+    for name, batches in ((f"training (shuffle+repeat), {train_batches} batches", training),
+                          ("the same, autotune off (as mirrored and multi-worker runs read it)",
+                           training.with_options(untuned))):
+        _count(batches, limit=20)
+        rows.append(_row(name, *_count(batches, limit=train_batches)))
 
     print(f"input pipeline: {config.dataset} {split}, vocabulary {tokenizer.vocab_size}, "
           f"token budget {config.token_budget}/side, max_length {config.max_length}, "
           f"{os.cpu_count()} CPUs")
-    header = (f"{'run':<68} {'batches':>8} {'examples/s':>11} {'tokens/s':>10} "
-              f"{'(padded)':>10} {'padding':>8} {'shapes':>7}")
-    print(header)
-    print("-" * len(header))
-    for r in rows:
-        print(f"{r['run']:<68} {r['batches']:>8} {r['examples_per_s']:>11,.0f} "
-              f"{r['tokens_per_s']:>10,.0f} {r['padded_tokens_per_s']:>10,.0f} "
-              f"{r['padding_fraction']:>8.1%} {r['distinct_shapes']:>7}")
     table = common.markdown(
         [{**r, "tokens/s (padded)": f"{r['tokens_per_s']:,.0f} ({r['padded_tokens_per_s']:,.0f})",
           "examples/s": f"{r['examples_per_s']:,.0f}",
           "padding": f"{100 * r['padding_fraction']:.1f}%"} for r in rows],
         ["run", "batches", "examples/s", "tokens/s (padded)", "padding", "distinct_shapes"])
+    print(table)
     result = {
         "machine": common.machine(), "dataset": config.dataset, "split": split,
         "vocab_size": tokenizer.vocab_size, "token_budget": config.token_budget,

@@ -65,26 +65,38 @@ def test_a_training_run_s_start_line_carries_the_note(monkeypatch, tmp_path):
     assert "no faster than float32" in lines[0]
 
 
-def test_replica_datasets_run_without_autotune_inside_the_context_only():
-    """The per-replica datasets of a multi-device iterator built inside the context have tf.data's
-    autotune off, and yield what they yield without it; one built after it has the default."""
-    from tensorflow.python.data.ops import multi_device_iterator_ops
+def test_multi_device_input_runs_without_autotune_inside_the_context_only(monkeypatch):
+    """A multi-device iterator built inside the context reads its input pipeline, and feeds each
+    replica, with tf.data's autotune off, and yields what it yields without the context; one
+    built after it has the defaults, and TensorFlow's functions are its own again."""
+    from tensorflow.python.data.ops import multi_device_iterator_ops as ops
 
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
 
     def dataset_fn(context):
-        return tf.data.Dataset.range(40).map(lambda x: x * x).batch(4)
+        return (tf.data.Dataset.range(40).map(lambda x: x * x, num_parallel_calls=tf.data.AUTOTUNE)
+                .batch(4).prefetch(tf.data.AUTOTUNE))
 
-    def replica_autotune(iterator):
+    def autotune(iterator):
+        multi_device = iterator._iterators[0]._iterator
         return [device._dataset.options().autotune.enabled
-                for device in iterator._iterators[0]._iterator._device_iterators]
+                for device in multi_device._device_iterators]
 
-    build = multi_device_iterator_ops._create_device_dataset
-    with strategy.replica_datasets_without_autotune():
+    construct, build_replica = ops.OwnedMultiDeviceIterator.__init__, ops._create_device_dataset
+    host_autotune = []  # the options of the pipeline each multi-device iterator is given
+
+    def spy(self, dataset=None, *args, **kwargs):
+        host_autotune.append(dataset.options().autotune.enabled)
+        construct(self, dataset, *args, **kwargs)
+
+    monkeypatch.setattr(ops.OwnedMultiDeviceIterator, "__init__", spy)
+    with strategy.multi_device_input_without_autotune():
         inside = iter(mirrored.distribute_datasets_from_function(dataset_fn))
-    assert multi_device_iterator_ops._create_device_dataset is build
+    assert ops.OwnedMultiDeviceIterator.__init__ is spy
+    assert ops._create_device_dataset is build_replica
     after = iter(mirrored.distribute_datasets_from_function(dataset_fn))
-    assert replica_autotune(inside) == [False]
-    assert replica_autotune(after) == [None]  # tf.data's default: on
+    assert host_autotune == [False, None]  # off inside, tf.data's default (on) after
+    assert autotune(inside) == [False]
+    assert autotune(after) == [None]  # tf.data's default: on
     for _ in range(10):
         np.testing.assert_array_equal(next(inside).numpy(), next(after).numpy())

@@ -127,18 +127,21 @@ def test_the_step_dev_evaluation_and_finite_check_are_traced_without_autograph(
     assert autograph_conversions == []  # ...and none of it here
 
 
-def test_the_replicas_datasets_of_a_run_are_built_without_autotune(tmp_path, monkeypatch):
+def test_the_multi_device_input_of_a_run_is_built_without_autotune(tmp_path, monkeypatch):
     """Under a mirrored strategy the training and dev iterators are multi-device iterators; the
-    per-replica datasets of both (built inside fit) run without tf.data's autotune, whose thread
-    would otherwise delay the end of the run (strategy.replica_datasets_without_autotune)."""
+    input pipelines they read and the per-replica datasets of both (built inside fit) run without
+    tf.data's autotune, whose thread would otherwise delay the end of the run
+    (strategy.multi_device_input_without_autotune)."""
     from tensorflow.python.data.ops import multi_device_iterator_ops
 
     built, construct = [], multi_device_iterator_ops.OwnedMultiDeviceIterator.__init__
 
-    def recording(self, *args, components=None, **kwargs):
-        construct(self, *args, components=components, **kwargs)
-        if components is None:  # built from a dataset, not rebuilt from its parts in a trace
-            built.append(self)
+    def recording(self, dataset=None, *args, **kwargs):
+        construct(self, dataset, *args, **kwargs)
+        if dataset is not None:  # built from a dataset, not rebuilt from its parts in a trace
+            built.append((dataset.options().autotune.enabled,
+                          [device._dataset.options().autotune.enabled
+                           for device in self._device_iterators]))
 
     monkeypatch.setattr(multi_device_iterator_ops.OwnedMultiDeviceIterator, "__init__", recording)
     dev = fixed_batch_fn().take(1)
@@ -147,9 +150,7 @@ def test_the_replicas_datasets_of_a_run_are_built_without_autotune(tmp_path, mon
     summary = trainer.fit(fixed_batch_fn, lambda context=None: dev)
     assert summary["steps"] == 2 and math.isfinite(summary["final_dev_loss"])
     assert len(built) >= 3  # the training iterator and one per dev evaluation
-    for iterator in built:
-        assert [device._dataset.options().autotune.enabled
-                for device in iterator._device_iterators] == [False]
+    assert all(autotune == (False, [False]) for autotune in built), built  # (host, replicas)
 
 
 def _build(optimizer):

@@ -92,38 +92,49 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
 
 
 @contextlib.contextmanager
-def replica_datasets_without_autotune():
-    """While in effect, the per-replica datasets that a distributed iterator builds (TensorFlow's
-    multi-device iterator: ``mirrored`` and ``multi_worker_mirrored``) run without tf.data's
-    autotuning. The input pipeline they read from keeps its own options: its autotune tunes it,
-    and its thread can still delay that pipeline's deletion in the same way.
+def multi_device_input_without_autotune():
+    """While in effect, the multi-device iterators that distributed datasets build (under
+    ``mirrored`` and ``multi_worker_mirrored``) run without tf.data's autotuning: the input
+    pipeline they read on the host, and the one-element prefetch TensorFlow adds per replica.
 
-    Each of them is a one-element prefetch, with nothing to tune, but by default starts an
-    autotune thread, and deleting an iterator that is not exhausted (the training iterator at the
-    end of a run, or a dev pass that a signal cut short) waits out that thread's current sleep,
-    which grows to a minute, instead of waking it (TensorFlow 2.21). A mirrored run then
-    finished, or exited after its SIGTERM checkpoint, up to a minute late. TensorFlow has no option
-    for these datasets, so the private function that builds them is wrapped for the duration;
-    where it does not exist (another TensorFlow), nothing is changed.
+    Every pipeline with autotune on starts a thread that sleeps between tunings, longer each time
+    up to a minute, and TensorFlow 2.21 deletes a multi-device iterator that is not exhausted
+    (the training iterator at the end of a run, a dev pass that a signal cut short, or an
+    iterator the garbage collector finds later) by waiting out that sleep instead of waking the
+    thread. A mirrored run then finished, or exited after its SIGTERM checkpoint, up to a minute
+    late. Without autotune, ``AUTOTUNE`` parallelism is fixed at the CPU count (at most 16) and
+    an ``AUTOTUNE`` prefetch sizes its buffer as it runs: ``benchmarks.input_pipeline`` times the
+    training pipeline both ways. TensorFlow has no option for the replica datasets, so the private
+    functions that build both are wrapped for the duration and restored after; where they do not
+    exist (another TensorFlow), nothing is changed.
     """
     import tensorflow as tf
-    from tensorflow.python.data.ops import multi_device_iterator_ops
+    from tensorflow.python.data.ops import multi_device_iterator_ops as ops
 
-    build = getattr(multi_device_iterator_ops, "_create_device_dataset", None)
-    if build is None:
+    iterator_class = getattr(ops, "OwnedMultiDeviceIterator", None)
+    build_replica = getattr(ops, "_create_device_dataset", None)
+    if iterator_class is None or build_replica is None:
         yield
         return
+    construct = iterator_class.__init__
     options = tf.data.Options()
     options.autotune.enabled = False
 
-    def without_autotune(*args, **kwargs):
-        return build(*args, **kwargs).with_options(options)
+    def construct_without_autotune(self, dataset=None, *args, **kwargs):
+        if dataset is not None:  # None: rebuilt from its parts, which are built already
+            dataset = dataset.with_options(options)
+        construct(self, dataset, *args, **kwargs)
 
-    multi_device_iterator_ops._create_device_dataset = without_autotune
+    def build_replica_without_autotune(*args, **kwargs):
+        return build_replica(*args, **kwargs).with_options(options)
+
+    iterator_class.__init__ = construct_without_autotune
+    ops._create_device_dataset = build_replica_without_autotune
     try:
         yield
     finally:
-        multi_device_iterator_ops._create_device_dataset = build
+        iterator_class.__init__ = construct
+        ops._create_device_dataset = build_replica
 
 
 def describe(strategy: tf.distribute.Strategy) -> str:

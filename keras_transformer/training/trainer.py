@@ -37,7 +37,7 @@ from keras_transformer.training.init_from import resolve as resolve_init_source
 from keras_transformer.training.init_from import restore as restore_init_source
 from keras_transformer.training.schedule import paper_optimizer
 from keras_transformer.training.step import TrainStep
-from keras_transformer.training.strategy import (is_chief, replica_datasets_without_autotune,
+from keras_transformer.training.strategy import (is_chief, multi_device_input_without_autotune,
                                                   worker_count)
 from keras_transformer.weights import PRECISION_POLICIES, build_model, model_checkpoint
 
@@ -303,7 +303,7 @@ class Trainer:
             skip = skip_steps * config.accumulation_steps * replicas
             return dataset.skip(skip) if skip else dataset
 
-        with replica_datasets_without_autotune():  # their replica datasets end without a wait
+        with multi_device_input_without_autotune():  # a mirrored run's end without a wait
             iterator = iter(self.strategy.distribute_datasets_from_function(repeated))
             dev_data = (self.strategy.distribute_datasets_from_function(dev_dataset_fn)
                         if dev_dataset_fn else None)
