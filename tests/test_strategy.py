@@ -1,6 +1,6 @@
 """keras_transformer.training.strategy: the training precision by name on either CPU kind, faked
-(with or without bfloat16 matrix units, AVX512-BF16 or AMX; no GPU here), and the per-replica
-datasets of a distributed iterator built without tf.data's autotune."""
+(with or without bfloat16 matrix units, AVX512-BF16 or AMX; no GPU here), and multi-device
+iterators (their input pipeline and per-replica datasets) built without tf.data's autotune."""
 
 import numpy as np
 import pytest
