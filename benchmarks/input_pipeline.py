@@ -8,8 +8,9 @@ Measures examples/s and tokens/s (real subword tokens of both sides; padded toke
 brackets) for one epoch of token-budget batches (text cached in memory, so this is
 tokenization + bucketing + padding, not disk), for the two bucket grids (multiples of 8, the
 trainer's with --xla, and tensor2tensor's exact x1.1 grid, the trainer's without XLA), and for
-the training configuration of the data flags (shuffle + repeat) with tf.data's autotune on and
-off (multi-device runs read it off). Prints a table and writes JSON. Not a test: timings depend on
+the batches the trainer reads (``data.make_dataset``: tokenized once and cached, shuffled,
+repeated), after a first pass has filled their cache, with tf.data's autotune on and off
+(multi-device runs read it off). Prints a table and writes JSON. Not a test: timings depend on
 the machine and its load.
 """
 
@@ -31,11 +32,11 @@ flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (one epoc
 FLAGS = flags.FLAGS
 
 
-def _count(batches, limit=None):
-    """Iterates; returns (seconds, batches, examples, real tokens, padded tokens, shapes)."""
+def _count(batches, limit=None, examples_limit=None):
+    """Iterates (up to ``limit`` batches or ``examples_limit`` examples); returns (seconds,
+    batches, examples, real tokens, padded tokens, shapes)."""
     n = examples = real = padded = 0
-    shapes = set()
-    start = time.perf_counter()
+    shapes, start = set(), time.perf_counter()
     for (source, _), target in batches:
         n += 1
         examples += int(source.shape[0])
@@ -43,7 +44,7 @@ def _count(batches, limit=None):
         real += int((source.numpy() != 0).sum() + (target.numpy() != 0).sum())
         padded += int(source.shape[0] * source.shape[1] + target.shape[0] * target.shape[1])
         shapes.add(tuple(source.shape))
-        if limit and n >= limit:
+        if (limit and n >= limit) or (examples_limit and examples >= examples_limit):
             break
     return time.perf_counter() - start, n, examples, real, padded, len(shapes)
 
@@ -82,14 +83,13 @@ def main(argv):
         name = (f"epoch, grid x{multiple} ({len(spec.boundaries)} buckets): "
                 + ("with --xla" if multiple == 8 else "without XLA (tensor2tensor's grid)"))
         rows.append(_row(name, *totals))
-    training = batching.make_batches(pairs, tokenizer, data.bucket_spec(config),
-                                     shuffle_buffer=20000, seed=config.seed, repeat=True)
+    training = data.make_dataset(config, tokenizer, split, training=True, repeat=True)
     untuned = tf.data.Options()
     untuned.autotune.enabled = False  # strategy.multi_device_input_without_autotune
-    for name, batches in ((f"training (shuffle+repeat), {train_batches} batches", training),
+    for name, batches in ((f"training (the trainer's batches), {train_batches} batches", training),
                           ("the same, autotune off (as mirrored and multi-worker runs read it)",
                            training.with_options(untuned))):
-        _count(batches, limit=20)
+        _count(batches, examples_limit=rows[-1]["examples"] // epochs)  # one pass: fills the cache
         rows.append(_row(name, *_count(batches, limit=train_batches)))
 
     print(f"input pipeline: {config.dataset} {split}, vocabulary {tokenizer.vocab_size}, "
