@@ -80,3 +80,28 @@ def test_vocabulary_of_other_data_is_not_reused_silently(ding_file, tmp_path):
         data.load_or_learn_tokenizer(other)
     relearned, learned = data.load_or_learn_tokenizer(other, overwrite=True)
     assert learned
+
+
+def test_preparing_a_corpus_changes_no_seeded_weights(ding_file, tmp_path):
+    """A run seeds, prepares its corpus if it is not there, then builds its model: the weights
+    must not depend on whether the corpus was prepared in the same process (TFDS draws the name
+    of its temporary folder from Python's random numbers, as Keras does its default seeds)."""
+    import keras
+
+    config = data.DataConfig(dataset="ding_de_en", data_dir=str(tmp_path), ding_file=ding_file,
+                             vocab_size=320)
+
+    def seeded_weights(prepare):
+        keras.utils.set_random_seed(1)
+        if prepare:
+            data.prepare_offline(config)
+        layer = keras.layers.Dense(8)
+        layer.build((None, 8))
+        return layer.kernel.numpy()
+
+    alone = seeded_weights(prepare=False)
+    assert not os.path.isdir(tmp_path / "ding_de_en")
+    prepared_now = seeded_weights(prepare=True)
+    assert os.path.isdir(tmp_path / "ding_de_en")
+    prepared_before = seeded_weights(prepare=True)
+    assert (prepared_now == alone).all() and (prepared_before == alone).all()

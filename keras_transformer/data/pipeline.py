@@ -9,6 +9,7 @@ vocabulary of the training text, learned once and reused), :func:`make_dataset` 
 import hashlib
 import json
 import os
+import random
 from typing import Callable, Iterator, Optional, Tuple
 
 import tensorflow as tf
@@ -48,7 +49,9 @@ def prepare_offline(config: DataConfig):
     ``libreoffice_help_en_de``) under ``config.data_dir``; returns the builder.
 
     The source's SHA-256 is recorded next to the prepared data so a different dictionary
-    file or LibreOffice version is never silently served from an old preparation.
+    file or LibreOffice version is never silently served from an old preparation. Preparing
+    leaves Python's random numbers as it found them, so a seeded run that prepared its corpus
+    starts from the same weights as the same run on a corpus prepared before.
     """
     module, source, field = _offline_corpus(config)
     builder = module.builder_class()(**{module.SOURCE_KWARG: source}, data_dir=config.data_dir)
@@ -65,7 +68,13 @@ def prepare_offline(config: DataConfig):
                 )
         return builder
     module.check_source(source)  # fails early with a clear message (missing, bad text)
-    builder.download_and_prepare()
+    # TFDS names its temporary folder with Python's random numbers, from which Keras draws
+    # the default seeds of the weights and of dropout.
+    state = random.getstate()
+    try:
+        builder.download_and_prepare()
+    finally:
+        random.setstate(state)
     writing.write_file(marker, _source_fingerprint(source))
     return builder
 
