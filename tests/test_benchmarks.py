@@ -21,6 +21,7 @@ def test_smoke_run_reports_every_part(tmp_path):
     check_training_rows(result)
     check_profile_rows(result)
     check_decoding_rows(result)
+    check_input_pipeline_rows(result)
     check_report(result)
 
 
@@ -125,6 +126,23 @@ def check_decoding_rows(smoke_report):
     assert engines == {(s, e) for s in ("beam4", "greedy") for e in ("ours", "ctranslate2")}
     lengths = [r["output length"] for r in result["length_sweep"] if r["cache"] == "yes"]
     assert lengths == sorted(lengths) and lengths
+
+
+def check_input_pipeline_rows(smoke_report):
+    report, _, _ = smoke_report
+    runs = report["input_pipeline"]["runs"]
+    epochs = [r for r in runs if r["run"].startswith("epoch")]
+    training = [r for r in runs if not r["run"].startswith("epoch")]
+    # an epoch on either bucket grid reads every example of the split once
+    assert len(epochs) == 2 and len({r["examples"] for r in epochs}) == 1
+    # the trainer's batches with autotune on, then off: the smoke run's 5 timed batches each,
+    # the pass that fills the token cache before them not counted
+    assert [r["batches"] for r in training] == [5, 5], training
+    assert "autotune off" in training[1]["run"]
+    for row in runs:
+        assert 0 < row["tokens_per_s"] <= row["padded_tokens_per_s"]
+        assert row["padding_fraction"] == pytest.approx(
+            1 - row["tokens_per_s"] / row["padded_tokens_per_s"], abs=1e-3)
 
 
 def check_report(smoke_report):
