@@ -1,6 +1,7 @@
 """Shared test set-up. Keep it small: per-module fixtures live in their test files."""
 
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -34,6 +35,25 @@ def autograph_conversions(monkeypatch):
 
     monkeypatch.setattr(api, "converted_call", recording)
     return handed
+
+
+@pytest.fixture
+def cpu_kernels_built():
+    """Our CPU kernels' ops module (keras_transformer/layers/cpu_kernels.py), for tests that hold
+    them against TensorFlow's ops. Skips only where they are switched off or there is no C++
+    compiler (setup.sh installs one where it can): with one, kernels that do not build or load
+    are a failure, not a skip."""
+    from keras_transformer.layers import cpu_kernels
+
+    if cpu_kernels.switched_off():
+        pytest.skip(f"{cpu_kernels.SWITCH}=0 switches our CPU kernels off")
+    compiler = cpu_kernels.compile_command(os.devnull)[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C++ compiler ({compiler}) here to build our CPU kernels")
+    kernels = cpu_kernels.ops()
+    assert kernels is not None, \
+        f"{compiler} did not build or load our CPU kernels (the warning above says why)"
+    return kernels
 
 
 def pytest_collection_modifyitems(items):

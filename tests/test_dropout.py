@@ -2,14 +2,13 @@
 one-pass kernel against the TensorFlow ops it replaces."""
 
 import os
-import shutil
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.layers import dropout_kernel
+from keras_transformer.layers import cpu_kernels
 from keras_transformer.layers.dropout import Dropout, _draws_at_least
 
 
@@ -88,20 +87,8 @@ def test_config_round_trip():
     assert type(clone) is Dropout and clone.rate == 0.25 and clone.seed == 9
 
 
-# The one-pass kernel (dropout_kernel.cc) against TensorFlow's ops, which the layer uses where the
+# The one-pass kernel (cpu_kernels.cc) against TensorFlow's ops, which the layer uses where the
 # kernel cannot be built and under XLA.
-
-def kernel_or_skip():
-    """Skips only where the kernel is switched off or there is no C++ compiler (setup.sh installs
-    one where it can): with one, a kernel that does not build or load is a failure, not a skip."""
-    if dropout_kernel.switched_off():
-        pytest.skip(f"{dropout_kernel.SWITCH}=0 switches the dropout kernel off")
-    compiler = dropout_kernel.compile_command(os.devnull)[0]
-    if shutil.which(compiler) is None:
-        pytest.skip(f"no C++ compiler ({compiler}) here to build the dropout kernel")
-    assert dropout_kernel.ops() is not None, \
-        f"{compiler} did not build or load the dropout kernel (the warning above says why)"
-
 
 def same_bits(a, b):
     """Equal bit for bit, a NaN standing for any NaN (its sign bit carries nothing)."""
@@ -129,8 +116,7 @@ def output_and_gradient(rate, seed, x, dy, traced):
                                          ((1,), 0.1), ((0, 4), 0.1)])
 @pytest.mark.parametrize("traced", [False, True])
 def test_the_kernel_gives_the_tensorflow_ops_outputs_and_gradients_bit_for_bit(
-        dtype, shape, rate, traced, monkeypatch):
-    kernel_or_skip()
+        dtype, shape, rate, traced, monkeypatch, cpu_kernels_built):
     values = np.random.default_rng(0).normal(size=shape).astype(np.float32)
     if values.size > 8:  # a NaN and infinities, kept or dropped, stay what the ops make of them
         values.flat[[0, 1, 2, 5]] = [np.nan, np.inf, -np.inf, -0.0]
@@ -138,7 +124,7 @@ def test_the_kernel_gives_the_tensorflow_ops_outputs_and_gradients_bit_for_bit(
     dy = tf.cast(np.random.default_rng(1).normal(size=shape), dtype)
     seed = 2**40 + 17  # beyond int32: the seed reaches both paths reduced alike
     with_kernel = output_and_gradient(rate, seed, x, dy, traced)
-    monkeypatch.setattr(dropout_kernel, "ops", lambda: None)
+    monkeypatch.setattr(cpu_kernels, "ops", lambda: None)
     with_ops = output_and_gradient(rate, seed, x, dy, traced)
     assert same_bits(with_kernel[0], with_ops[0]) and same_bits(with_kernel[1], with_ops[1])
     if values.size > 1000:  # not vacuous: both drop about the rate's share of the units
@@ -149,8 +135,7 @@ def graph_ops(function, *args):
     return {op.type for op in function.get_concrete_function(*args).graph.get_operations()}
 
 
-def test_a_training_step_uses_the_kernel_and_xla_the_tensorflow_ops():
-    kernel_or_skip()
+def test_a_training_step_uses_the_kernel_and_xla_the_tensorflow_ops(cpu_kernels_built):
     layer = Dropout(0.1, seed=3)
     x = tf.ones([64, 32])
     train = tf.function(lambda x: layer(x, training=True), autograph=False)
@@ -162,10 +147,10 @@ def test_a_training_step_uses_the_kernel_and_xla_the_tensorflow_ops():
     assert 0 < int(tf.reduce_sum(tf.cast(compiled(x) == 0, tf.int32))) < 64 * 32 * 0.2
 
 
-def test_a_model_trains_the_same_with_the_kernel_as_with_the_tensorflow_ops(monkeypatch):
+def test_a_model_trains_the_same_with_the_kernel_as_with_the_tensorflow_ops(monkeypatch,
+                                                                         cpu_kernels_built):
     """One training step of a small model, both ways: the same loss and the same new weights (up to
     the order in which a graph may sum the same numbers)."""
-    kernel_or_skip()
     from keras_transformer.config import TransformerConfig
     from keras_transformer.training.schedule import paper_optimizer
     from keras_transformer.training.step import TrainStep
@@ -191,7 +176,7 @@ def test_a_model_trains_the_same_with_the_kernel_as_with_the_tensorflow_ops(monk
                for op in f.graph.get_operations()}
         assert "KerasTransformerDropoutKeep" in ops and "KerasTransformerApplyKeep" in ops
         with monkeypatch.context() as patch:
-            patch.setattr(dropout_kernel, "ops", lambda: None)
+            patch.setattr(cpu_kernels, "ops", lambda: None)
             reference_loss, reference, _ = one_step(precision)
         assert loss == pytest.approx(reference_loss, rel=1e-6)
         for ours, theirs in zip(weights, reference):
@@ -202,16 +187,16 @@ def test_without_a_compiler_the_layer_keeps_tensorflow_ops_and_says_so_once(
         tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", "false")  # a compiler that fails
-    monkeypatch.delenv(dropout_kernel.SWITCH, raising=False)  # tried, not switched off
-    dropout_kernel.ops.cache_clear()
+    monkeypatch.delenv(cpu_kernels.SWITCH, raising=False)  # tried, not switched off
+    cpu_kernels.ops.cache_clear()
     try:
         with caplog.at_level("WARNING"):
-            assert dropout_kernel.ops() is None and dropout_kernel.ops() is None
+            assert cpu_kernels.ops() is None and cpu_kernels.ops() is None
             y = Dropout(0.5, seed=1)(tf.ones([100]), training=True)
     finally:
         monkeypatch.undo()
-        dropout_kernel.ops.cache_clear()
-    warnings = [r.getMessage() for r in caplog.records if "dropout" in r.getMessage()]
+        cpu_kernels.ops.cache_clear()
+    warnings = [r.getMessage() for r in caplog.records if "CPU kernels" in r.getMessage()]
     assert len(warnings) == 1 and "the compiler exited with 1" in warnings[0], warnings
     assert os.listdir(tmp_path / "cache") == []  # no half-written library left
     assert 20 < int(tf.reduce_sum(tf.cast(y == 0, tf.int32))) < 80
@@ -219,19 +204,19 @@ def test_without_a_compiler_the_layer_keeps_tensorflow_ops_and_says_so_once(
 
 def test_the_switch_keeps_tensorflow_ops_without_building(tmp_path, monkeypatch):
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv(dropout_kernel.SWITCH, "0")
-    dropout_kernel.ops.cache_clear()
+    monkeypatch.setenv(cpu_kernels.SWITCH, "0")
+    cpu_kernels.ops.cache_clear()
     try:
-        assert dropout_kernel.ops() is None
+        assert cpu_kernels.ops() is None
     finally:
         monkeypatch.undo()
-        dropout_kernel.ops.cache_clear()
+        cpu_kernels.ops.cache_clear()
     assert not (tmp_path / "cache").exists()
 
 
-def test_asked_again_after_a_reset_the_kernel_loads_and_its_gradient_stays_registered():
-    kernel_or_skip()
-    dropout_kernel.ops.cache_clear()  # as the tests above do: TensorFlow allows one registration
+def test_asked_again_after_a_reset_the_kernel_loads_and_its_gradient_stays_registered(
+        cpu_kernels_built):
+    cpu_kernels.ops.cache_clear()  # as the tests above do: TensorFlow allows one registration
     layer = Dropout(0.5, seed=6)
     x = tf.random.normal([300])
     with tf.GradientTape() as tape:

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.layers import cpu_kernels
+from keras_transformer.training import loss as loss_module
 from keras_transformer.training.loss import (LabelSmoothedCrossEntropy,
                                              label_smoothed_cross_entropy, loss_accuracy_and_nll,
                                              loss_and_accuracy, projected_loss_and_accuracy,
@@ -26,6 +28,17 @@ def numpy_reference(labels, logits, eps, pad_id=0):
             total += -(q * log_p[b, t]).sum()
             count += 1
     return total, count
+
+
+@pytest.fixture(autouse=True, params=["cpu_kernel", "tensorflow_ops"])
+def softmax_ops(request, monkeypatch):
+    """Every test twice: with the loss's softmax from our CPU kernel (cpu_kernels.cc) and from
+    TensorFlow's ops, which the loss uses where the kernel is not built and under XLA."""
+    if request.param == "cpu_kernel":
+        request.getfixturevalue("cpu_kernels_built")
+    else:
+        monkeypatch.setattr(cpu_kernels, "ops", lambda: None)
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -295,3 +308,69 @@ def test_keras_loss_is_the_token_mean(batch):
     assert float(loss(labels, logits)) == pytest.approx(want_sum / want_count, rel=1e-5)
     restored = LabelSmoothedCrossEntropy.from_config(loss.get_config())
     assert restored.label_smoothing == 0.1 and restored.pad_id == 0
+
+
+def float64_softmax_rows(logits, labels, at_label):
+    z = tf.cast(logits, tf.float64).numpy()
+    row_max = z.max(-1)
+    logsumexp = row_max + np.log(np.exp(z - row_max[:, None]).sum(-1))
+    probs = np.exp(z - logsumexp[:, None])
+    rows = np.arange(len(labels))
+    probs[rows, labels] -= at_label
+    return probs, logsumexp, row_max, z[rows, labels]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("tokens, classes", [(37, 8000), (5, 17), (3, 1), (0, 9)])
+def test_the_softmax_rows_against_float64(dtype, tokens, classes):
+    """The softmax and the row statistics the loss reads, against float64 numpy: within float32's
+    rounding (a few units in the last place of the largest entry) in float32, one rounding to
+    bfloat16 in bfloat16 (the subtraction at the label made before it). Rows of wide range:
+    entries far below the row's largest (under float32's smallest normal number once
+    exponentiated), a label among them; row widths not a multiple of the vector width."""
+    rng = np.random.default_rng(5)
+    logits = rng.normal(scale=4.0, size=(tokens, classes)).astype(np.float32)
+    labels = rng.integers(0, classes, size=tokens).astype(np.int32)
+    if tokens and classes > 1:
+        logits[0, :classes // 2] = -120.0  # exp(-120 - max) is zero in float32
+        labels[0] = 0
+        logits[1, labels[1]] = logits[1].max() + 30.0  # p_y = 1 in float32
+    logits = tf.cast(logits, dtype)
+    mask = tf.ones([tokens])
+    got = [x.numpy().astype(np.float64) for x in
+           loss_module._softmax_rows(logits, tf.constant(labels), mask, 0.9)]
+    want = float64_softmax_rows(logits, labels, 0.9)
+    assert got[0].shape == want[0].shape and all(x.shape == (tokens,) for x in got[1:])
+    bound = 2e-6 if dtype == "float32" else 2 ** -8
+    np.testing.assert_allclose(got[0], want[0], rtol=bound, atol=bound * 1e-3)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6)  # logsumexp, float32
+    np.testing.assert_array_equal(got[2], want[2])  # the row maximum and the label's logit: exact
+    np.testing.assert_array_equal(got[3], want[3])
+
+
+def test_a_non_finite_logit_makes_the_loss_non_finite(batch):
+    """A NaN or an infinity among a real token's logits must not vanish inside the softmax: the
+    trainer stops on a non-finite loss before it saves. No smoothing: its sum over the logits
+    would carry the NaN past the softmax."""
+    labels, logits = batch
+    for bad in (np.nan, np.inf):
+        changed = logits.copy()
+        changed[0, 1, 7] = bad  # a real token's row, neither its label nor its largest logit
+        loss_sum, _ = label_smoothed_cross_entropy(labels, changed, 0.0)
+        assert not np.isfinite(float(loss_sum)), bad
+
+
+@pytest.mark.parametrize("softmax_ops", ["cpu_kernel"], indirect=True)
+def test_the_training_step_reads_the_kernel_and_xla_the_tensorflow_ops(softmax_ops):
+    states = tf.random.normal([2, 3, 4])
+    table = tf.random.normal([9, 4])
+    labels = tf.constant([[1, 2, 0], [3, 0, 0]])
+
+    def op_types(jit_compile):
+        function = tf.function(
+            lambda s, t: projected_loss_and_accuracy(labels, s, t, 0.1)[0], jit_compile=jit_compile)
+        graph = function.get_concrete_function(states, table).graph
+        return {op.type for op in graph.get_operations()}
+
+    assert "KerasTransformerSoftmaxRows" in op_types(False)
+    assert "KerasTransformerSoftmaxRows" not in op_types(True)

@@ -96,7 +96,7 @@ def names_in(wheel_path):
 
 def test_the_wheel_holds_every_module_and_the_shipped_model(wheel):
     names = names_in(wheel)
-    # the modules, and the dropout kernel's source, which the layer compiles on first use
+    # the modules, and our CPU kernels' source, which the package compiles on first use
     expected = {path for path in git_files("keras_transformer") if path.endswith((".py", ".cc"))}
     expected |= {"keras_transformer_trainers/" + os.path.basename(path)
                  for path in git_files("trainers") if path.endswith(".py")}

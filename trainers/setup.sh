@@ -60,12 +60,13 @@ if [ ! -d /usr/share/libreoffice/help/de/text ] && [ ! -d "$help_dir/usr/share/l
   rm -f "$help_dir"/libreoffice-help-*.deb
 fi
 
-# The dropout kernel (keras_transformer/layers/dropout_kernel.cc) is built with the C++ compiler;
-# without one training uses TensorFlow's ops instead: the same numbers, more slowly.
+# Our CPU kernels (dropout, the loss's softmax: keras_transformer/layers/cpu_kernels.cc) are built
+# with the C++ compiler; without one training uses TensorFlow's ops instead: the same numbers, more
+# slowly.
 if ! command -v c++ >/dev/null 2>&1; then
-  echo "setup: installing g++ (for the dropout kernel)"
+  echo "setup: installing g++ (for our CPU kernels)"
   apt_install g++ ||
-    echo "setup: could not install g++; training will use TensorFlow's dropout ops (slower, same numbers)"
+    echo "setup: could not install g++; training will use TensorFlow's ops (slower, same numbers)"
 fi
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -79,7 +80,7 @@ echo "setup: pip install -e '$spec' into $venv (the first time downloads ~2.7 GB
 "$venv/bin/python" -m pip install -q -e "$spec"
 # Built now rather than in the first training run's clock (a few seconds, once per TensorFlow version);
 # of TensorFlow's start-up lines only a warning about the kernel is shown.
-"$venv/bin/python" -c "from keras_transformer.layers import dropout_kernel
-print('setup: dropout kernel', 'ready' if dropout_kernel.ops() else 'not built: training uses TensorFlow ops')" \
-  2>&1 | grep -E "^setup: |dropout"
+"$venv/bin/python" -c "from keras_transformer.layers import cpu_kernels
+print('setup: CPU kernels', 'ready' if cpu_kernels.ops() else 'not built: training uses TensorFlow ops')" \
+  2>&1 | grep -E "^setup: |CPU kernels"
 echo "setup: done"

@@ -2,9 +2,8 @@
 
 import keras
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util
 
-from keras_transformer.layers import dropout_kernel
+from keras_transformer.layers import cpu_kernels
 
 _LEVELS = 1 << 16
 
@@ -22,8 +21,8 @@ class Dropout(keras.layers.Dropout):
     layer's ``SeedGenerator`` as in Keras, so checkpoints and configs are those of
     ``keras.layers.Dropout``. With a ``noise_shape`` (word dropout) Keras' path is used.
 
-    On CPU the same draws and products come from one kernel (``dropout_kernel``) where it can be
-    built, except under XLA, which compiles TensorFlow's ops and knows no custom op.
+    On CPU the same draws and products come from one kernel of ours (``cpu_kernels``) where it
+    can be built, except under XLA, which compiles TensorFlow's ops and knows no custom op.
     """
 
     def call(self, inputs, training=False):
@@ -32,7 +31,7 @@ class Dropout(keras.layers.Dropout):
         threshold = min(round(self.rate * _LEVELS), _LEVELS - 1)
         scale = _LEVELS / (_LEVELS - threshold)
         seed = _int32_seed(self.seed_generator.next())
-        kernel = _kernel_for(inputs)
+        kernel = cpu_kernels.ops_for(inputs)
         if kernel is not None:
             key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
             return kernel.keras_transformer_dropout_keep(inputs, key, counter,
@@ -40,14 +39,6 @@ class Dropout(keras.layers.Dropout):
         keep = _draws_at_least(tf.shape(inputs), threshold, seed)
         mask = tf.where(keep, tf.constant(scale, inputs.dtype), tf.constant(0, inputs.dtype))
         return inputs * mask
-
-
-def _kernel_for(inputs):
-    if inputs.dtype not in (tf.float32, tf.bfloat16):
-        return None
-    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-        return None
-    return dropout_kernel.ops()
 
 
 def _int32_seed(seed):

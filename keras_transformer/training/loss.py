@@ -14,6 +14,8 @@ of a replica with few tokens more than those of a replica with many.
 import keras
 import tensorflow as tf
 
+from keras_transformer.layers import cpu_kernels
+
 
 def label_smoothed_cross_entropy(labels, logits, label_smoothing: float = 0.1, pad_id: int = 0):
     """Returns ``(loss_sum, num_tokens)`` over positions where ``labels != pad_id``.
@@ -34,8 +36,8 @@ def loss_and_accuracy(labels, logits, label_smoothing: float = 0.1, pad_id: int 
     Since ``sum_k q'(k) = 1``, the loss of one token is ``logsumexp(z) - (1 - eps) z_y -
     (eps / K) sum_k z_k``: two row reductions and a gather, without the [batch, length, K]
     smoothed distribution that a generic cross-entropy reads. Its gradient ``softmax(z) - q'``
-    is written out (a custom gradient) from the softmax the forward pass kept, instead of
-    differentiating logsumexp op by op. The row maximum that logsumexp needs anyway gives the
+    is written out (a custom gradient) from the softmax the forward pass kept, its one-hot part
+    already subtracted at the label, instead of differentiating logsumexp op by op. The row maximum that logsumexp needs anyway gives the
     accuracy, so no separate arg-max over the vocabulary is needed. Only the loss is
     differentiable.
     """
@@ -55,12 +57,11 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
     (section 3.4) of the decoder's output ``states`` [batch, length, d_model] with the
     [K, d_model] ``embeddings``, computed here rather than by the model so that the projection is
     inside the loss's custom gradient. There the gradient of the logits, ``softmax(z) - q'`` per
-    real token, is never formed whole in float32: its ``softmax(z)`` part goes through the two
-    backward products as it is, and its smoothing and one-hot parts reach the states and the
-    embeddings as column sums, a gather and a segment sum, so no pass over [tokens, K] is added
-    to the two products. In a lower precision (bfloat16) the softmax rounded before the
-    subtraction would lose the difference at the label, so there the one-hot part is subtracted
-    at the labels in float32 first, and the products read that softmax rounded once; their
+    real token, is never formed whole: the two backward products read the softmax with its
+    one-hot part subtracted at the labels (in float32, then rounded once to the compute dtype:
+    in bfloat16 the softmax rounded before the subtraction would lose the difference at the
+    label), as the forward pass left it, and the smoothing part reaches the states and the
+    embeddings as column sums, so no pass over [tokens, K] is added to the two products. Their
     results, cast to float32, take the scale, the smoothing part and the mask there: the
     embeddings' gradient (float32) is rounded only by its product, the states' once more, to
     bfloat16, not after every term.
@@ -90,38 +91,23 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
             # sum_k z_k is linear in the states: a product with the embeddings' column sum over
             # [tokens, d_model] rather than a reduction over [tokens, K].
             column_sums = tf.reduce_sum(table32, 0) if eps else None
-            probs, label_probs, per_token, correct, nll = _token_terms(
-                tf.cast(logits, tf.float32), labels, mask, eps,
-                None if column_sums is None else tf.linalg.matvec(tf.cast(rows, tf.float32),
-                                                                  column_sums))
+            # The products read softmax(z) - (1 - eps) at the label, formed in float32 and rounded
+            # once: rounded to bfloat16 first, softmax(z) would lose its difference from 1 - eps
+            # there. The smoothing part, eps / K everywhere, goes around them as column sums.
+            softmax_part, per_token, correct, nll = _token_terms(
+                logits, labels, mask, eps, at_label=1.0 - eps,
+                logit_sums=None if column_sums is None else tf.linalg.matvec(
+                    tf.cast(rows, tf.float32), column_sums))
 
             def gradient(upstream, *_):
                 num_classes = table.shape[0]
                 # Only the 0/1 mask (exact in any precision) before the products; the scale
                 # and the smoothing part after them, in float32.
                 masked_rows = rows if real_tokens_only else rows * tf.cast(mask, dtype)[:, None]
-                one_hot = 1.0 - eps  # q' at the label, beyond the smoothing part
-                # float32: the one-hot part goes around the products (a gather, a segment sum).
-                # Rounded to bfloat16, softmax(z) would lose its difference from 1 - eps at the
-                # label: there it is subtracted in float32 before the products.
-                around = dtype == tf.float32
-                softmax_part = probs
-                if not around:
-                    # Rounded once as the products read it, the labels' entries from their
-                    # float32 difference. Cast first: a scatter copies its whole input on CPU,
-                    # and the bfloat16 tensor is half the float32 softmax's bytes.
-                    at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
-                    softmax_part = tf.tensor_scatter_nd_update(
-                        tf.cast(probs, dtype), at_labels,
-                        tf.cast(label_probs - one_hot, dtype))
                 with tf.name_scope("output_projection"):
                     states_grad, table_grad = (tf.cast(product, tf.float32) for product in
                                                _projection_gradients(softmax_part, masked_rows,
                                                                      table))
-                if around:
-                    states_grad -= one_hot * tf.gather(table32, labels)
-                    table_grad -= one_hot * tf.math.unsorted_segment_sum(masked_rows, labels,
-                                                                         num_classes)
                 if eps:
                     uniform = eps / num_classes
                     states_grad -= uniform * column_sums
@@ -152,12 +138,15 @@ def _sums(labels, logits, label_smoothing, pad_id):
 
     @tf.custom_gradient
     def smoothed(z):
-        probs, _, per_token, correct, nll = _token_terms(
-            tf.reshape(z, [-1, num_classes]), labels, mask, label_smoothing)
+        softmax_part, per_token, correct, nll = _token_terms(
+            tf.reshape(z, [-1, num_classes]), labels, mask, label_smoothing,
+            at_label=1.0 - label_smoothing)
 
         def gradient(upstream, *_):
+            # softmax(z) - q', q' = (1 - eps) onehot + eps / K: the one-hot part is in
+            # softmax_part already.
             weight = (upstream * mask)[:, None]
-            return tf.reshape(_logit_gradient(probs, labels, weight, label_smoothing), shape)
+            return tf.reshape(weight * (softmax_part - label_smoothing / num_classes), shape)
 
         return _masked_sums(per_token, correct, nll, mask), gradient
 
@@ -170,44 +159,55 @@ def _sums(labels, logits, label_smoothing, pad_id):
 _SMALLEST_EXACT_PROBABILITY = 1e-30
 
 
-def _token_terms(z, labels, mask, eps, logit_sums=None):
-    """Per token of float32 logits z [tokens, K], labels [tokens] and the mask of real tokens
-    [tokens]: (softmax(z), its entry at the label, the smoothed loss, whether the label has the
-    largest logit, the loss without smoothing). ``logit_sums``: sum_k z_k per token if the caller
-    has it, else summed here."""
-    num_classes = z.shape[-1]
+def _token_terms(logits, labels, mask, eps, at_label, logit_sums=None):
+    """Per token of logits [tokens, K], labels [tokens] and the mask of real tokens [tokens]:
+    (softmax(z) minus ``at_label`` at the label in the logits' dtype (``_softmax_rows``), the
+    smoothed loss, whether the label has the largest logit, the loss without smoothing), float32.
+    ``logit_sums``: sum_k z_k per token if the caller has it, else summed here."""
+    num_classes = logits.shape[-1]
+    softmax_part, logsumexp, row_max, label_logits = _softmax_rows(logits, labels, mask, at_label)
+    nll = logsumexp - label_logits
+    per_token = nll + eps * label_logits
+    if eps:
+        if logit_sums is None:
+            logit_sums = tf.reduce_sum(tf.cast(logits, tf.float32), axis=-1)
+        per_token -= (eps / num_classes) * logit_sums
+    correct = tf.cast(tf.greater_equal(label_logits, row_max), tf.float32)
+    return softmax_part, per_token, correct, nll
+
+
+def _softmax_rows(logits, labels, mask, at_label):
+    """Per row of logits z [tokens, K] (float32 or bfloat16) and its label y: (softmax(z) with
+    ``at_label`` subtracted at y, computed in float32 and rounded once to the logits' dtype;
+    logsumexp(z), max_k z_k and z_y in float32). Only the real tokens' (``mask``) logsumexp must
+    be exact.
+
+    Every pass over [tokens, K] costs memory traffic: our CPU kernel (``cpu_kernels``) reads each
+    row once. TensorFlow's ops, where it is not built and under XLA, take the row maximum and the
+    softmax (one oneDNN kernel), and get logsumexp(z) = z_y - log p_y from the label's
+    probability without another pass; only when a real token's p_y is too small for its
+    logarithm, the pass: the softmax's largest entry, exp(0) / sum(exp(z - max)), gives it for
+    every row. In bfloat16 they cast the logits up and the softmax back, and copy it to set the
+    labels' entries."""
+    kernels = cpu_kernels.ops_for(logits)
+    if kernels is not None:
+        return kernels.keras_transformer_softmax_rows(logits, labels, at_label=at_label)
+    z = tf.cast(logits, tf.float32)
     row_max = tf.reduce_max(z, axis=-1)
-    # Every pass over [tokens, K] costs memory traffic: the softmax is one (oneDNN) kernel, and
-    # the label's probability gives logsumexp(z) = z_y - log p_y without another pass. Only when
-    # a real token's p_y is too small for its logarithm, the pass: the softmax's largest entry,
-    # exp(0) / sum(exp(z - row_max)), gives logsumexp for every row.
     probs = tf.nn.softmax(z)
     label_logits = tf.gather(z, labels, batch_dims=1)
     label_probs = tf.gather(probs, labels, batch_dims=1)
     smallest = tf.reduce_min(tf.where(mask > 0, label_probs, 1.0))
-    nll = tf.cond(  # logsumexp(z) - z_y
+    logsumexp = tf.cond(
         smallest > _SMALLEST_EXACT_PROBABILITY,
         # Padding rows (masked out of every sum) must stay finite: inf * 0 would be NaN.
-        lambda: -tf.math.log(tf.maximum(label_probs, _SMALLEST_EXACT_PROBABILITY)),
-        lambda: row_max - tf.math.log(tf.reduce_max(probs, axis=-1)) - label_logits)
-    per_token = nll + eps * label_logits
-    if eps:
-        if logit_sums is None:
-            logit_sums = tf.reduce_sum(z, axis=-1)
-        per_token -= (eps / num_classes) * logit_sums
-    correct = tf.cast(tf.greater_equal(label_logits, row_max), tf.float32)
-    return probs, label_probs, per_token, correct, nll
-
-
-def _logit_gradient(probs, labels, weight, eps):
-    """(softmax(z) - q') * weight [tokens, K], with q' = (1 - eps) onehot + eps / K: the one-hot
-    part subtracted at the labels only, not as a [tokens, K] tensor of its own."""
-    num_classes = probs.shape[-1]
-    grad = probs * weight
-    if eps:
-        grad -= weight * (eps / num_classes)
-    at_labels = tf.stack([tf.range(tf.shape(grad)[0]), labels], 1)
-    return tf.tensor_scatter_nd_sub(grad, at_labels, weight[:, 0] * (1.0 - eps))
+        lambda: label_logits - tf.math.log(tf.maximum(label_probs, _SMALLEST_EXACT_PROBABILITY)),
+        lambda: row_max - tf.math.log(tf.reduce_max(probs, axis=-1)))
+    at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
+    # Cast first: a scatter copies its whole input on CPU, and bfloat16 is half float32's bytes.
+    softmax_part = tf.tensor_scatter_nd_update(tf.cast(probs, logits.dtype), at_labels,
+                                               tf.cast(label_probs - at_label, logits.dtype))
+    return softmax_part, logsumexp, row_max, label_logits
 
 
 def _masked_sums(per_token, correct, nll, mask):

@@ -1,19 +1,31 @@
-// Dropout in one pass over memory, for training on CPU (keras_transformer/layers/dropout.py).
+// TensorFlow custom ops of ours for training on CPU, each one pass over memory where TensorFlow's
+// ops make several: dropout (keras_transformer/layers/dropout.py) and the training loss's softmax
+// (keras_transformer/training/loss.py). Built on first use by cpu_kernels.py.
 //
-// TensorFlow's ops draw the random words into a tensor, then compare, select and multiply, each
-// a pass of its own. Here each block of units draws its words and masks the input at once. The
-// words are those of tf.random.stateless_uniform(dtype=uint32) on CPU: Philox4x32-10 with the
-// key and counter of StatelessRandomGetKeyCounter, word w the (w % 4)-th output of the counter
-// advanced by w / 4, unit u the (u % 2)-th 16-bit half of word u / 2 (little-endian, as
+// Dropout. TensorFlow's ops draw the random words into a tensor, then compare, select and
+// multiply, each a pass of its own. Here each block of units draws its words and masks the input
+// at once. The words are those of tf.random.stateless_uniform(dtype=uint32) on CPU: Philox4x32-10
+// with the key and counter of StatelessRandomGetKeyCounter, word w the (w % 4)-th output of the
+// counter advanced by w / 4, unit u the (u % 2)-th 16-bit half of word u / 2 (little-endian, as
 // tf.bitcast splits it). So the outputs and gradients are bit for bit those of the layer's
 // TensorFlow ops (tests/test_dropout.py), and a run trains the same with or without this file.
 //
 // DropoutKeep(x, key, counter) -> (y, keep): y = x * scale where the unit's draw >= threshold,
 // else x * 0; keep holds the decision (1 byte per unit) for the gradient,
 // ApplyKeep(dy, keep) -> dy * scale or dy * 0, one pass more.
+//
+// The loss's softmax. TensorFlow's ops cast bfloat16 logits to float32, take the row maximum,
+// the softmax (its own passes), then cast the softmax back and copy it to change the labels'
+// entries. Here each row is read once into a float32 buffer that stays in cache:
+// SoftmaxRows(logits, labels) -> (probs, logsumexp, row_max, label_logit), with
+// probs = softmax(z) - at_label at the label, computed in float32 and rounded once to T, and
+// logsumexp exact however small the label's probability (tests/test_loss.py).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -56,9 +68,12 @@ REGISTER_OP("KerasTransformerApplyKeep")
 
 // x86-64 builds carry an AVX-512 and an AVX2 version of the loops, chosen when the library loads,
 // so that one build serves every CPU kind sharing a cache folder (-DKT_CLONES= builds one version,
-// for the flags given, e.g. to test the AVX2 one on an AVX-512 machine).
+// for the flags given, e.g. to test the AVX2 one on an AVX-512 machine). The x86-64 levels (GCC
+// 11 on) bring the 16-bit vector instructions (AVX512BW) that bfloat16's loops need.
 #ifndef KT_CLONES
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define KT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__)
 #define KT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define KT_CLONES
@@ -234,6 +249,116 @@ class ApplyKeepOp : public OpKernel {
   const float scale_;
 };
 
+
+REGISTER_OP("KerasTransformerSoftmaxRows")
+    .Input("logits: T")
+    .Input("labels: int32")
+    .Attr("at_label: float")
+    .Attr("T: {float, bfloat16}")
+    .Output("probs: T")
+    .Output("logsumexp: float")
+    .Output("row_max: float")
+    .Output("label_logit: float")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      tensorflow::shape_inference::ShapeHandle logits;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &logits));
+      c->set_output(0, logits);
+      for (int i = 1; i < 4; ++i) c->set_output(i, c->Vector(c->Dim(logits, 0)));
+      return absl::OkStatus();
+    });
+
+// exp(x) for x <= 0 without a branch, so that its loop vectorizes: Cephes' expf, within a unit in
+// the last place of std::exp. Below -87, where float32 leaves the normal numbers, it gives
+// exp(-87) rather than a subnormal or zero (a softmax entry of 1e-38 at most); NaN stays NaN, so
+// a non-finite logit still makes the loss non-finite.
+inline float ExpNonPositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float shifter = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (x * 1.44269504088896341f + shifter) - shifter;  // round(x / ln 2)
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;    // x - n ln 2, in two parts
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  const int32_t bits = (int32_t(n) + 127) << 23;  // 2^n
+  float power;
+  std::memcpy(&power, &bits, 4);
+  return (p * r * r + r + 1.0f) * power;
+}
+
+template <typename T>
+KT_CLONES void SoftmaxRows(const T* __restrict in, const int32_t* __restrict labels,
+                           T* __restrict out, float* __restrict logsumexp,
+                           float* __restrict row_max, float* __restrict label_logit,
+                           int64_t classes, int64_t begin, int64_t end, float at_label) {
+  std::vector<float> row_buffer(classes);  // one row's exponentials, in cache for the last pass
+  float* __restrict exps = row_buffer.data();
+  for (int64_t row = begin; row < end; ++row) {
+    const T* __restrict z = in + row * classes;
+    float largest = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : largest)
+    for (int64_t i = 0; i < classes; ++i) largest = std::max(largest, Widen(z[i]));
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < classes; ++i) {
+      exps[i] = ExpNonPositive(Widen(z[i]) - largest);
+      sum += exps[i];
+    }
+    const float inverse = 1.0f / sum;
+    T* __restrict probs = out + row * classes;
+    for (int64_t i = 0; i < classes; ++i) Narrow(exps[i] * inverse, &probs[i]);
+    const int32_t label = labels[row];
+    Narrow(exps[label] * inverse - at_label, &probs[label]);
+    logsumexp[row] = largest + std::log(sum);
+    row_max[row] = largest;
+    label_logit[row] = Widen(z[label]);
+  }
+}
+
+template <typename T>
+class SoftmaxRowsOp : public OpKernel {
+ public:
+  explicit SoftmaxRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("at_label", &at_label_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& logits = ctx->input(0);
+    const Tensor& labels = ctx->input(1);
+    OP_REQUIRES(ctx, logits.dims() == 2 && labels.dims() == 1 &&
+                         labels.dim_size(0) == logits.dim_size(0),
+                absl::InvalidArgumentError("logits must be [rows, classes], labels [rows]"));
+    const int64_t rows = logits.dim_size(0), classes = logits.dim_size(1);
+    const int32_t* label = labels.flat<int32_t>().data();
+    for (int64_t row = 0; row < rows; ++row) {
+      OP_REQUIRES(ctx, label[row] >= 0 && label[row] < classes,
+                  absl::InvalidArgumentError("a label is outside [0, classes)"));
+    }
+    Tensor* outputs[4] = {};
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, logits.shape(), &outputs[0]));
+    for (int i = 1; i < 4; ++i) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, labels.shape(), &outputs[i]));
+    }
+    const T* in = logits.flat<T>().data();
+    T* probs = outputs[0]->flat<T>().data();
+    float* logsumexp = outputs[1]->flat<float>().data();
+    float* row_max = outputs[2]->flat<float>().data();
+    float* label_logit = outputs[3]->flat<float>().data();
+    const float at_label = at_label_;
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(threads->num_threads, threads->workers, rows,
+                      /*cost_per_unit=*/classes * 16, [&](int64_t begin, int64_t end) {
+                        SoftmaxRows(in, label, probs, logsumexp, row_max, label_logit, classes,
+                                    begin, end, at_label);
+                      });
+  }
+
+ private:
+  float at_label_;
+};
+
 #define REGISTER_CPU(T)                                                                 \
   REGISTER_KERNEL_BUILDER(Name("KerasTransformerDropoutKeep")                           \
                               .Device(tensorflow::DEVICE_CPU)                           \
@@ -241,7 +366,10 @@ class ApplyKeepOp : public OpKernel {
                           DropoutKeepOp<T>);                                            \
   REGISTER_KERNEL_BUILDER(                                                              \
       Name("KerasTransformerApplyKeep").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      ApplyKeepOp<T>);
+      ApplyKeepOp<T>);                                                                  \
+  REGISTER_KERNEL_BUILDER(                                                              \
+      Name("KerasTransformerSoftmaxRows").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      SoftmaxRowsOp<T>);
 REGISTER_CPU(float)
 REGISTER_CPU(tensorflow::bfloat16)
 

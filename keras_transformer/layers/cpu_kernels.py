@@ -1,14 +1,17 @@
-"""The one-pass dropout kernel (``dropout_kernel.cc``): built on first use, loaded, or ``None``.
+"""Our CPU kernels (``cpu_kernels.cc``): built on first use, loaded, or ``None``.
 
-TensorFlow has no fused dropout on CPU: its ops draw the random words into a tensor, then compare,
-select and multiply, each a pass over memory. The kernel does it in one pass, with the same random
-words, so a run's numbers are the same either way (tests/test_dropout.py). It is a TensorFlow
-custom op, compiled here with the C++ compiler against the installed TensorFlow's headers, into a
-cache folder kept per TensorFlow version and source; where it cannot be built (no compiler, another
-platform) the layer keeps TensorFlow's ops and says so once. It runs in training only, so exports
-and TF Serving never meet it.
+Two steps of training that TensorFlow's CPU ops make in several passes over memory, each in one:
+dropout (TensorFlow has no fused dropout on CPU: its ops draw the random words into a tensor, then
+compare, select and multiply; ours draws the same words, so a run's numbers are the same either
+way, tests/test_dropout.py) and the training loss's softmax over the vocabulary (the softmax, its
+row statistics and the labels' entries of its gradient from one read of the logits, within float
+rounding of TensorFlow's ops, tests/test_loss.py). They are TensorFlow custom ops, compiled here
+with the C++ compiler against the installed TensorFlow's headers, into a cache folder kept per
+TensorFlow version and source; where they cannot be built (no compiler, another platform) the
+layers and the loss keep TensorFlow's ops and say so once. They run in training only, so exports
+and TF Serving never meet them.
 
-``KERAS_TRANSFORMER_DROPOUT_KERNEL=0`` keeps TensorFlow's ops; ``KERAS_TRANSFORMER_CACHE`` moves the
+``KERAS_TRANSFORMER_CPU_KERNELS=0`` keeps TensorFlow's ops; ``KERAS_TRANSFORMER_CACHE`` moves the
 cache folder (default ``$XDG_CACHE_HOME/keras_transformer``, else ``~/.cache/keras_transformer``).
 """
 
@@ -22,9 +25,10 @@ import tempfile
 
 import tensorflow as tf
 from absl import logging
+from tensorflow.python.ops import control_flow_util
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dropout_kernel.cc")
-SWITCH = "KERAS_TRANSFORMER_DROPOUT_KERNEL"
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernels.cc")
+SWITCH = "KERAS_TRANSFORMER_CPU_KERNELS"
 
 
 def cache_folder():
@@ -36,7 +40,8 @@ def cache_folder():
 
 def compile_command(output):
     compiler = shlex.split(os.environ.get("CXX") or "c++")
-    return [*compiler, "-shared", "-fPIC", "-O3", "-Wno-deprecated-declarations",
+    # -fopenmp-simd: the loops' OpenMP SIMD reductions, no OpenMP runtime.
+    return [*compiler, "-shared", "-fPIC", "-O3", "-fopenmp-simd", "-Wno-deprecated-declarations",
             *tf.sysconfig.get_compile_flags(), SOURCE, "-o", output, *tf.sysconfig.get_link_flags()]
 
 
@@ -47,11 +52,11 @@ def library_path():
         source = stream.read()
     build = repr((tf.__version__, sys.platform, os.environ.get("CXX"))).encode()
     key = hashlib.sha256(source + build)
-    return os.path.join(cache_folder(), f"dropout_kernel-{key.hexdigest()[:16]}.so")
+    return os.path.join(cache_folder(), f"cpu_kernels-{key.hexdigest()[:16]}.so")
 
 
 def switched_off():
-    """Whether the environment turns the kernel off (``SWITCH`` set to 0)."""
+    """Whether the environment turns the kernels off (``SWITCH`` set to 0)."""
     return os.environ.get(SWITCH, "1") == "0"
 
 
@@ -69,9 +74,9 @@ def ops():
         module = tf.load_op_library(path)
     except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
         reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        logging.warning("dropout: the one-pass kernel could not be built or loaded (%s); "
-                        "using TensorFlow's ops, which give the same numbers more slowly. "
-                        "%s=0 keeps them without trying.", reason, SWITCH)
+        logging.warning("our CPU kernels (dropout, the loss's softmax) could not be built or "
+                        "loaded (%s); using TensorFlow's ops, which give the same numbers more "
+                        "slowly. %s=0 keeps them without trying.", reason, SWITCH)
         return None
     global _loaded
     _loaded = module
@@ -80,6 +85,17 @@ def ops():
 
 
 _loaded = None  # the ops module last loaded, for the gradient
+
+
+def ops_for(tensor):
+    """``ops()`` for an op on ``tensor``, or ``None`` where the kernels do not apply: a dtype
+    other than float32 and bfloat16, or a graph that XLA compiles (it knows no custom op and
+    compiles TensorFlow's)."""
+    if tensor.dtype not in (tf.float32, tf.bfloat16):
+        return None
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return None
+    return ops()
 
 
 def _build(path):
