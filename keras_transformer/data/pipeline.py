@@ -21,6 +21,9 @@ from keras_transformer import writing
 from keras_transformer.tokenizer import SubwordTokenizer
 
 SPLITS = ("train", "dev", "test")
+# Training examples shuffled within a window of this many before bucketing (one device's pipeline
+# and each replica's alike); held-out splits are read in order.
+TRAINING_SHUFFLE_BUFFER = 20000
 _SPEC_FLAGS = {"train": "train_data", "dev": "dev_data", "test": "test_data"}
 
 
@@ -231,7 +234,7 @@ def make_dataset(
         load_text_pairs(config, split),
         training_tokenizer(config, tokenizer) if training else tokenizer,
         bucket_spec(config),
-        shuffle_buffer=20000 if training else 0,
+        shuffle_buffer=TRAINING_SHUFFLE_BUFFER if training else 0,
         seed=config.seed,
         repeat=repeat,
         cache_tokens=caches_tokens(config, training) and not read_in_part,
@@ -263,7 +266,7 @@ def make_distributed_dataset_fn(
         config.max_length,
         config.token_budget,
         bucket_multiple=config.bucket_multiple,
-        shuffle_buffer=20000 if training else 0,
+        shuffle_buffer=TRAINING_SHUFFLE_BUFFER if training else 0,
         seed=config.seed,
         repeat=repeat,
         cache_tokens=caches_tokens(config, training),
