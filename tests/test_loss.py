@@ -337,8 +337,9 @@ def test_the_softmax_rows_against_float64(dtype, tokens, classes):
         logits[1, labels[1]] = logits[1].max() + 30.0  # p_y = 1 in float32
     logits = tf.cast(logits, dtype)
     mask = tf.ones([tokens])
-    got = [x.numpy().astype(np.float64) for x in
-           loss_module._softmax_rows(logits, tf.constant(labels), mask, 0.9)]
+    part, left, *stats = loss_module._softmax_rows(logits, tf.constant(labels), mask, 0.9)
+    assert left == 0.0  # subtracted at the labels, not left to the caller
+    got = [x.numpy().astype(np.float64) for x in (part, *stats)]
     want = float64_softmax_rows(logits, labels, 0.9)
     assert got[0].shape == want[0].shape and all(x.shape == (tokens,) for x in got[1:])
     bound = 2e-6 if dtype == "float32" else 2 ** -8

@@ -37,9 +37,9 @@ def loss_and_accuracy(labels, logits, label_smoothing: float = 0.1, pad_id: int 
     (eps / K) sum_k z_k``: two row reductions and a gather, without the [batch, length, K]
     smoothed distribution that a generic cross-entropy reads. Its gradient ``softmax(z) - q'``
     is written out (a custom gradient) from the softmax the forward pass kept, its one-hot part
-    already subtracted at the label, instead of differentiating logsumexp op by op. The row maximum that logsumexp needs anyway gives the
-    accuracy, so no separate arg-max over the vocabulary is needed. Only the loss is
-    differentiable.
+    already subtracted at the label, instead of differentiating logsumexp op by op. The row
+    maximum that logsumexp needs anyway gives the accuracy, so no separate arg-max over the
+    vocabulary is needed. Only the loss is differentiable.
     """
     return loss_accuracy_and_nll(labels, logits, label_smoothing, pad_id)[:3]
 
@@ -61,7 +61,9 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
     one-hot part subtracted at the labels (in float32, then rounded once to the compute dtype:
     in bfloat16 the softmax rounded before the subtraction would lose the difference at the
     label), as the forward pass left it, and the smoothing part reaches the states and the
-    embeddings as column sums, so no pass over [tokens, K] is added to the two products. Their
+    embeddings as column sums, so no pass over [tokens, K] is added to the two products. (In
+    float32 without our CPU kernel, under XLA and on GPUs, the one-hot part goes around the
+    products too, as a gather and a segment sum, rather than through a copy of the softmax.) Their
     results, cast to float32, take the scale, the smoothing part and the mask there: the
     embeddings' gradient (float32) is rounded only by its product, the states' once more, to
     bfloat16, not after every term.
@@ -93,9 +95,10 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
             column_sums = tf.reduce_sum(table32, 0) if eps else None
             # The products read softmax(z) - (1 - eps) at the label, formed in float32 and rounded
             # once: rounded to bfloat16 first, softmax(z) would lose its difference from 1 - eps
-            # there. The smoothing part, eps / K everywhere, goes around them as column sums.
-            softmax_part, per_token, correct, nll = _token_terms(
-                logits, labels, mask, eps, at_label=1.0 - eps,
+            # there. The smoothing part, eps / K everywhere, goes around them as column sums, and
+            # so does the one-hot part where the softmax was left without it (left_at_label).
+            softmax_part, left_at_label, per_token, correct, nll = _token_terms(
+                logits, labels, mask, eps, at_label=1.0 - eps, copy_free=True,
                 logit_sums=None if column_sums is None else tf.linalg.matvec(
                     tf.cast(rows, tf.float32), column_sums))
 
@@ -108,6 +111,10 @@ def projected_loss_and_accuracy(labels, states, embeddings, label_smoothing: flo
                     states_grad, table_grad = (tf.cast(product, tf.float32) for product in
                                                _projection_gradients(softmax_part, masked_rows,
                                                                      table))
+                if left_at_label:
+                    states_grad -= left_at_label * tf.gather(table32, labels)
+                    table_grad -= left_at_label * tf.math.unsorted_segment_sum(
+                        masked_rows, labels, num_classes)
                 if eps:
                     uniform = eps / num_classes
                     states_grad -= uniform * column_sums
@@ -138,7 +145,7 @@ def _sums(labels, logits, label_smoothing, pad_id):
 
     @tf.custom_gradient
     def smoothed(z):
-        softmax_part, per_token, correct, nll = _token_terms(
+        softmax_part, _, per_token, correct, nll = _token_terms(
             tf.reshape(z, [-1, num_classes]), labels, mask, label_smoothing,
             at_label=1.0 - label_smoothing)
 
@@ -159,13 +166,15 @@ def _sums(labels, logits, label_smoothing, pad_id):
 _SMALLEST_EXACT_PROBABILITY = 1e-30
 
 
-def _token_terms(logits, labels, mask, eps, at_label, logit_sums=None):
+def _token_terms(logits, labels, mask, eps, at_label, copy_free=False, logit_sums=None):
     """Per token of logits [tokens, K], labels [tokens] and the mask of real tokens [tokens]:
-    (softmax(z) minus ``at_label`` at the label in the logits' dtype (``_softmax_rows``), the
-    smoothed loss, whether the label has the largest logit, the loss without smoothing), float32.
-    ``logit_sums``: sum_k z_k per token if the caller has it, else summed here."""
+    (softmax(z) minus ``at_label`` at the label in the logits' dtype and what it leaves of
+    ``at_label`` (``_softmax_rows``), the smoothed loss, whether the label has the largest logit,
+    the loss without smoothing), float32. ``logit_sums``: sum_k z_k per token if the caller has
+    it, else summed here."""
     num_classes = logits.shape[-1]
-    softmax_part, logsumexp, row_max, label_logits = _softmax_rows(logits, labels, mask, at_label)
+    softmax_part, left_at_label, logsumexp, row_max, label_logits = _softmax_rows(
+        logits, labels, mask, at_label, copy_free)
     nll = logsumexp - label_logits
     per_token = nll + eps * label_logits
     if eps:
@@ -173,14 +182,16 @@ def _token_terms(logits, labels, mask, eps, at_label, logit_sums=None):
             logit_sums = tf.reduce_sum(tf.cast(logits, tf.float32), axis=-1)
         per_token -= (eps / num_classes) * logit_sums
     correct = tf.cast(tf.greater_equal(label_logits, row_max), tf.float32)
-    return softmax_part, per_token, correct, nll
+    return softmax_part, left_at_label, per_token, correct, nll
 
 
-def _softmax_rows(logits, labels, mask, at_label):
+def _softmax_rows(logits, labels, mask, at_label, copy_free=False):
     """Per row of logits z [tokens, K] (float32 or bfloat16) and its label y: (softmax(z) with
-    ``at_label`` subtracted at y, computed in float32 and rounded once to the logits' dtype;
-    logsumexp(z), max_k z_k and z_y in float32). Only the real tokens' (``mask``) logsumexp must
-    be exact.
+    ``at_label`` subtracted at y, computed in float32 and rounded once to the logits' dtype; the
+    part of ``at_label`` not subtracted, 0.0 or ``at_label``; logsumexp(z), max_k z_k and z_y in
+    float32). Only the real tokens' (``mask``) logsumexp must be exact. ``copy_free``: with
+    TensorFlow's ops in float32, leave the labels' entries to the caller rather than copy the
+    softmax to set them.
 
     Every pass over [tokens, K] costs memory traffic: our CPU kernel (``cpu_kernels``) reads each
     row once. TensorFlow's ops, where it is not built and under XLA, take the row maximum and the
@@ -191,7 +202,9 @@ def _softmax_rows(logits, labels, mask, at_label):
     labels' entries."""
     kernels = cpu_kernels.ops_for(logits)
     if kernels is not None:
-        return kernels.keras_transformer_softmax_rows(logits, labels, at_label=at_label)
+        softmax_part, logsumexp, row_max, label_logits = kernels.keras_transformer_softmax_rows(
+            logits, labels, at_label=at_label)
+        return softmax_part, 0.0, logsumexp, row_max, label_logits
     z = tf.cast(logits, tf.float32)
     row_max = tf.reduce_max(z, axis=-1)
     probs = tf.nn.softmax(z)
@@ -203,11 +216,13 @@ def _softmax_rows(logits, labels, mask, at_label):
         # Padding rows (masked out of every sum) must stay finite: inf * 0 would be NaN.
         lambda: label_logits - tf.math.log(tf.maximum(label_probs, _SMALLEST_EXACT_PROBABILITY)),
         lambda: row_max - tf.math.log(tf.reduce_max(probs, axis=-1)))
+    if copy_free and logits.dtype == tf.float32:
+        return probs, at_label, logsumexp, row_max, label_logits
     at_labels = tf.stack([tf.range(tf.shape(labels)[0]), labels], 1)
     # Cast first: a scatter copies its whole input on CPU, and bfloat16 is half float32's bytes.
     softmax_part = tf.tensor_scatter_nd_update(tf.cast(probs, logits.dtype), at_labels,
                                                tf.cast(label_probs - at_label, logits.dtype))
-    return softmax_part, logsumexp, row_max, label_logits
+    return softmax_part, 0.0, logsumexp, row_max, label_logits
 
 
 def _masked_sums(per_token, correct, nll, mask):
