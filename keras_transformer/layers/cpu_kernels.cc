@@ -300,18 +300,18 @@ KT_CLONES void SoftmaxRows(const T* __restrict in, const int32_t* __restrict lab
     float largest = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : largest)
     for (int64_t i = 0; i < classes; ++i) largest = std::max(largest, Widen(z[i]));
-    float sum = 0.0f;
+    for (int64_t i = 0; i < classes; ++i) exps[i] = ExpNonPositive(Widen(z[i]) - largest);
+    // Summed in double (a loop of its own, so that both vectorize): in float32 the sum's rounding
+    // depends on the vector width the clone runs at, and 8,000 terms can lose 1e-5 of it.
+    double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < classes; ++i) {
-      exps[i] = ExpNonPositive(Widen(z[i]) - largest);
-      sum += exps[i];
-    }
-    const float inverse = 1.0f / sum;
+    for (int64_t i = 0; i < classes; ++i) sum += exps[i];
+    const float inverse = float(1.0 / sum);
     T* __restrict probs = out + row * classes;
     for (int64_t i = 0; i < classes; ++i) Narrow(exps[i] * inverse, &probs[i]);
     const int32_t label = labels[row];
     Narrow(exps[label] * inverse - at_label, &probs[label]);
-    logsumexp[row] = largest + std::log(sum);
+    logsumexp[row] = largest + float(std::log(sum));
     row_max[row] = largest;
     label_logit[row] = Widen(z[label]);
   }
