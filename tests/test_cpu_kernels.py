@@ -1,11 +1,13 @@
-"""Our CPU kernels (keras_transformer/layers/cpu_kernels.py) at the vector widths this CPU does not pick.
+"""Our CPU kernels (keras_transformer/layers/cpu_kernels.py) together in a model's training step,
+and at the vector widths this CPU does not pick.
 
 A build carries an AVX-512, an AVX2 and a baseline version of its loops and runs the one the CPU
-allows, so the tests of tests/test_dropout.py and tests/test_loss.py check one version per machine.
-Here each other version is built alone (``-DKT_CLONES=`` with its ``-march``, into a folder of its
-own) and those tests' kernel checks run against it in a process of their own: dropout bit for bit
-against TensorFlow's ops, the loss's softmax against float64. (A float32 sum that was exact enough
-at AVX-512's width lost 1e-5 of the softmax's normaliser at AVX2's.)
+allows, so the tests of tests/test_dropout.py, tests/test_loss.py and tests/test_layer_norm.py
+check one version per machine. Here each other version is built alone (``-DKT_CLONES=`` with its
+``-march``, into a folder of its own) and those tests' kernel checks run against it in a process
+of their own: dropout bit for bit against TensorFlow's ops, the loss's softmax and LayerNorm
+against float64. (A float32 sum that was exact enough at AVX-512's width lost 1e-5 of the
+softmax's normaliser at AVX2's.)
 """
 
 import os
@@ -13,11 +15,56 @@ import platform
 import subprocess
 import sys
 
+import keras
+import numpy as np
 import pytest
+import tensorflow as tf
+
+from keras_transformer.layers import cpu_kernels
 
 # CPU flags each -march level needs, as /proc/cpuinfo names them.
 LEVELS = {"x86-64-v3": {"avx2", "fma", "bmi2", "f16c", "movbe", "abm"}, "x86-64": set()}
-CHECKS = "(softmax_rows_against_float64 and cpu_kernel) or bit_for_bit"
+CHECKS = ("((softmax_rows_against_float64 or layer_norm_against_float64) and cpu_kernel)"
+          " or bit_for_bit")
+KERNEL_OPS = {"KerasTransformerDropoutKeep", "KerasTransformerApplyKeep",
+              "KerasTransformerSoftmaxRows", "KerasTransformerLayerNorm",
+              "KerasTransformerLayerNormGrad"}
+
+
+def test_a_model_trains_the_same_with_our_kernels_as_with_tensorflow_ops(monkeypatch,
+                                                                         cpu_kernels_built):
+    """One training step of a small model with every kernel of ours and with none: the same loss and the same new weights (up to
+    the order in which a graph may sum the same numbers)."""
+    from keras_transformer.config import TransformerConfig
+    from keras_transformer.training.schedule import paper_optimizer
+    from keras_transformer.training.step import TrainStep
+    from keras_transformer.weights import build_model
+
+    source = tf.constant(np.random.default_rng(2).integers(3, 64, size=(8, 12)), tf.int32)
+    target = tf.constant(np.random.default_rng(3).integers(3, 64, size=(8, 13)), tf.int32)
+    batch = ((source, target[:, :-1]), target[:, 1:])
+
+    def one_step(precision):
+        keras.utils.set_random_seed(0)
+        config = TransformerConfig.from_preset("tiny", vocab_size=64, dropout_rate=0.3)
+        model = build_model(config, precision)
+        optimizer = paper_optimizer(config.d_model)
+        optimizer.build(model.trainable_variables)
+        step = TrainStep(model, optimizer, label_smoothing=0.1)
+        loss = float(step.step_on_batches((batch,))["loss_sum"])
+        return loss, [v.numpy() for v in model.trainable_variables], step
+
+    for precision in ("float32", "bfloat16"):
+        loss, weights, step = one_step(precision)
+        ops = {op.type for f in step._forward_backward._list_all_concrete_functions()
+               for op in f.graph.get_operations()}
+        assert KERNEL_OPS <= ops, KERNEL_OPS - ops
+        with monkeypatch.context() as patch:
+            patch.setattr(cpu_kernels, "ops", lambda: None)
+            reference_loss, reference, _ = one_step(precision)
+        assert loss == pytest.approx(reference_loss, rel=1e-6)
+        for ours, theirs in zip(weights, reference):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
 def cpu_flags():
@@ -37,8 +84,6 @@ def test_every_vector_width_gives_the_same_numbers(level, tmp_path, cpu_kernels_
         pytest.skip("the versions are x86-64's")
     if not LEVELS[level] <= flags:
         pytest.skip(f"this CPU cannot run {level} code")
-    from keras_transformer.layers import cpu_kernels
-
     compiler = os.environ.get("CXX") or "c++"
     env = {**os.environ, "CXX": f"{compiler} -DKT_CLONES= -march={level}",
            "KERAS_TRANSFORMER_CACHE": str(tmp_path / "cache")}
@@ -46,7 +91,8 @@ def test_every_vector_width_gives_the_same_numbers(level, tmp_path, cpu_kernels_
     tests = os.path.dirname(os.path.abspath(__file__))
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         os.path.join(tests, "test_loss.py"), os.path.join(tests, "test_dropout.py"),
+         *(os.path.join(tests, name)
+           for name in ("test_loss.py", "test_dropout.py", "test_layer_norm.py")),
          "-k", CHECKS], env=env, capture_output=True, text=True, timeout=900)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
     assert result.returncode == 0, result.stdout[-4000:]

@@ -147,42 +147,6 @@ def test_a_training_step_uses_the_kernel_and_xla_the_tensorflow_ops(cpu_kernels_
     assert 0 < int(tf.reduce_sum(tf.cast(compiled(x) == 0, tf.int32))) < 64 * 32 * 0.2
 
 
-def test_a_model_trains_the_same_with_the_kernel_as_with_the_tensorflow_ops(monkeypatch,
-                                                                         cpu_kernels_built):
-    """One training step of a small model, both ways: the same loss and the same new weights (up to
-    the order in which a graph may sum the same numbers)."""
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.training.schedule import paper_optimizer
-    from keras_transformer.training.step import TrainStep
-    from keras_transformer.weights import build_model
-
-    source = tf.constant(np.random.default_rng(2).integers(3, 64, size=(8, 12)), tf.int32)
-    target = tf.constant(np.random.default_rng(3).integers(3, 64, size=(8, 13)), tf.int32)
-    batch = ((source, target[:, :-1]), target[:, 1:])
-
-    def one_step(precision):
-        keras.utils.set_random_seed(0)
-        config = TransformerConfig.from_preset("tiny", vocab_size=64, dropout_rate=0.3)
-        model = build_model(config, precision)
-        optimizer = paper_optimizer(config.d_model)
-        optimizer.build(model.trainable_variables)
-        step = TrainStep(model, optimizer, label_smoothing=0.1)
-        loss = float(step.step_on_batches((batch,))["loss_sum"])
-        return loss, [v.numpy() for v in model.trainable_variables], step
-
-    for precision in ("float32", "bfloat16"):
-        loss, weights, step = one_step(precision)
-        ops = {op.type for f in step._forward_backward._list_all_concrete_functions()
-               for op in f.graph.get_operations()}
-        assert "KerasTransformerDropoutKeep" in ops and "KerasTransformerApplyKeep" in ops
-        with monkeypatch.context() as patch:
-            patch.setattr(cpu_kernels, "ops", lambda: None)
-            reference_loss, reference, _ = one_step(precision)
-        assert loss == pytest.approx(reference_loss, rel=1e-6)
-        for ours, theirs in zip(weights, reference):
-            np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
-
-
 def test_without_a_compiler_the_layer_keeps_tensorflow_ops_and_says_so_once(
         tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))

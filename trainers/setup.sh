@@ -60,8 +60,8 @@ if [ ! -d /usr/share/libreoffice/help/de/text ] && [ ! -d "$help_dir/usr/share/l
   rm -f "$help_dir"/libreoffice-help-*.deb
 fi
 
-# Our CPU kernels (dropout, the loss's softmax: keras_transformer/layers/cpu_kernels.cc) are built
-# with the C++ compiler; without one training uses TensorFlow's ops instead: the same numbers, more
+# Our CPU kernels (dropout, LayerNorm, the loss's softmax: keras_transformer/layers/cpu_kernels.cc)
+# are built with the C++ compiler; without one training uses TensorFlow's ops instead: the same numbers, more
 # slowly.
 if ! command -v c++ >/dev/null 2>&1; then
   echo "setup: installing g++ (for our CPU kernels)"

@@ -1,5 +1,6 @@
 // TensorFlow custom ops of ours for training on CPU, each one pass over memory where TensorFlow's
-// ops make several: dropout (keras_transformer/layers/dropout.py) and the training loss's softmax
+// ops make several: dropout (keras_transformer/layers/dropout.py), LayerNorm and its gradient
+// (keras_transformer/layers/layer_norm.py) and the training loss's softmax
 // (keras_transformer/training/loss.py). Built on first use by cpu_kernels.py.
 //
 // Dropout. TensorFlow's ops draw the random words into a tensor, then compare, select and
@@ -20,6 +21,11 @@
 // SoftmaxRows(logits, labels) -> (probs, logsumexp, row_max, label_logit), with
 // probs = softmax(z) - at_label at the label, computed in float32 and rounded once to T, and
 // logsumexp exact however small the label's probability (tests/test_loss.py).
+//
+// LayerNorm. TensorFlow's ops make about ten passes over the activations forward (casts, mean,
+// centring, square, variance, scaling, gamma, beta) and as many backward. Here each pass reads a
+// row once: LayerNorm(x, gamma, beta) -> (y, mean, inverse) and LayerNormGrad(dy, x, gamma, mean,
+// inverse) -> (dx, dgamma, dbeta), in float32 whatever T is (tests/test_layer_norm.py).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -359,6 +365,197 @@ class SoftmaxRowsOp : public OpKernel {
   float at_label_;
 };
 
+REGISTER_OP("KerasTransformerLayerNorm")
+    .Input("x: T")
+    .Input("gamma: float")
+    .Input("beta: float")
+    .Attr("epsilon: float")
+    .Attr("T: {float, bfloat16}")
+    .Output("y: T")
+    .Output("mean: float")
+    .Output("inverse: float")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      tensorflow::shape_inference::ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      c->set_output(0, x);
+      c->set_output(1, c->Vector(c->Dim(x, 0)));
+      c->set_output(2, c->Vector(c->Dim(x, 0)));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("KerasTransformerLayerNormGrad")
+    .Input("dy: T")
+    .Input("x: T")
+    .Input("gamma: float")
+    .Input("mean: float")
+    .Input("inverse: float")
+    .Attr("T: {float, bfloat16}")
+    .Output("dx: T")
+    .Output("dgamma: float")
+    .Output("dbeta: float")
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(2));
+      c->set_output(2, c->input(2));
+      return absl::OkStatus();
+    });
+
+// Layer normalisation over the rows of x [rows, d], in float32 whatever T is: each row's mean and
+// variance (of the centred values, as layer_norm.py's TensorFlow ops take it), then
+// y = (x - mean) * inverse * gamma + beta with inverse = 1 / sqrt(variance + epsilon).
+template <typename T>
+KT_CLONES void LayerNormRows(const T* __restrict in, const float* __restrict gamma,
+                             const float* __restrict beta, T* __restrict out,
+                             float* __restrict means, float* __restrict inverses, int64_t d,
+                             int64_t begin, int64_t end, float epsilon) {
+  for (int64_t row = begin; row < end; ++row) {
+    const T* __restrict x = in + row * d;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t i = 0; i < d; ++i) sum += Widen(x[i]);
+    const float mean = sum / float(d);
+    float squares = 0.0f;
+#pragma omp simd reduction(+ : squares)
+    for (int64_t i = 0; i < d; ++i) {
+      const float centred = Widen(x[i]) - mean;
+      squares += centred * centred;
+    }
+    const float inverse = 1.0f / std::sqrt(squares / float(d) + epsilon);
+    T* __restrict y = out + row * d;
+    for (int64_t i = 0; i < d; ++i) {
+      Narrow((Widen(x[i]) - mean) * inverse * gamma[i] + beta[i], &y[i]);
+    }
+    means[row] = mean;
+    inverses[row] = inverse;
+  }
+}
+
+// Its gradient for rows [begin, end), with n the normalised x and g = dy * gamma:
+// dx = inverse * (g - mean(g) - n * mean(g * n)); the rows' dy * n and dy added to dgamma's and
+// dbeta's partial sums (the caller sums the partials of fixed row blocks, so that the order of
+// the additions does not depend on the threads).
+template <typename T>
+KT_CLONES void LayerNormGradRows(const T* __restrict dys, const T* __restrict xs,
+                                 const float* __restrict gamma, const float* __restrict means,
+                                 const float* __restrict inverses, T* __restrict dxs,
+                                 float* __restrict dgamma, float* __restrict dbeta, int64_t d,
+                                 int64_t begin, int64_t end) {
+  for (int64_t row = begin; row < end; ++row) {
+    const T* __restrict dy = dys + row * d;
+    const T* __restrict x = xs + row * d;
+    const float mean = means[row], inverse = inverses[row];
+    float g_sum = 0.0f, gn_sum = 0.0f;
+#pragma omp simd reduction(+ : g_sum, gn_sum)
+    for (int64_t i = 0; i < d; ++i) {
+      const float dy_i = Widen(dy[i]);
+      const float n = (Widen(x[i]) - mean) * inverse;
+      const float g = dy_i * gamma[i];
+      g_sum += g;
+      gn_sum += g * n;
+      dgamma[i] += dy_i * n;
+      dbeta[i] += dy_i;
+    }
+    const float g_mean = g_sum / float(d), gn_mean = gn_sum / float(d);
+    T* __restrict dx = dxs + row * d;
+    for (int64_t i = 0; i < d; ++i) {
+      const float n = (Widen(x[i]) - mean) * inverse;
+      Narrow(inverse * (Widen(dy[i]) * gamma[i] - g_mean - n * gn_mean), &dx[i]);
+    }
+  }
+}
+
+template <typename T>
+class LayerNormOp : public OpKernel {
+ public:
+  explicit LayerNormOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& gamma = ctx->input(1);
+    const Tensor& beta = ctx->input(2);
+    OP_REQUIRES(ctx, x.dims() == 2 && gamma.dims() == 1 && beta.dims() == 1 &&
+                         gamma.dim_size(0) == x.dim_size(1) && beta.dim_size(0) == x.dim_size(1),
+                absl::InvalidArgumentError("x must be [rows, d], gamma and beta [d]"));
+    const int64_t rows = x.dim_size(0), d = x.dim_size(1);
+    Tensor *y = nullptr, *mean = nullptr, *inverse = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &y));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, {rows}, &mean));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, {rows}, &inverse));
+    const T* in = x.flat<T>().data();
+    const float* g = gamma.flat<float>().data();
+    const float* b = beta.flat<float>().data();
+    T* out = y->flat<T>().data();
+    float* means = mean->flat<float>().data();
+    float* inverses = inverse->flat<float>().data();
+    const float epsilon = epsilon_;
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(threads->num_threads, threads->workers, rows, /*cost_per_unit=*/d * 8,
+                      [&](int64_t begin, int64_t end) {
+                        LayerNormRows(in, g, b, out, means, inverses, d, begin, end, epsilon);
+                      });
+  }
+
+ private:
+  float epsilon_;
+};
+
+template <typename T>
+class LayerNormGradOp : public OpKernel {
+ public:
+  explicit LayerNormGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dy = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    const Tensor& gamma = ctx->input(2);
+    const Tensor& mean = ctx->input(3);
+    const Tensor& inverse = ctx->input(4);
+    OP_REQUIRES(ctx, x.dims() == 2 && dy.shape() == x.shape() && gamma.dims() == 1 &&
+                         gamma.dim_size(0) == x.dim_size(1) && mean.dims() == 1 &&
+                         mean.dim_size(0) == x.dim_size(0) && inverse.shape() == mean.shape(),
+                absl::InvalidArgumentError("dy and x must be [rows, d], gamma [d], mean and "
+                                           "inverse [rows]"));
+    const int64_t rows = x.dim_size(0), d = x.dim_size(1);
+    Tensor *dx = nullptr, *dgamma = nullptr, *dbeta = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &dx));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, gamma.shape(), &dgamma));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, gamma.shape(), &dbeta));
+    // dgamma's and dbeta's partial sums, one pair per block of kRows rows.
+    constexpr int64_t kRows = 32;
+    const int64_t blocks = (rows + kRows - 1) / kRows;
+    std::vector<float> partials(blocks * 2 * d, 0.0f);
+    const T* dys = dy.flat<T>().data();
+    const T* xs = x.flat<T>().data();
+    const float* g = gamma.flat<float>().data();
+    const float* means = mean.flat<float>().data();
+    const float* inverses = inverse.flat<float>().data();
+    T* dxs = dx->flat<T>().data();
+    float* parts = partials.data();
+    auto* threads = ctx->device()->tensorflow_cpu_worker_threads();
+    tensorflow::Shard(threads->num_threads, threads->workers, blocks,
+                      /*cost_per_unit=*/kRows * d * 12, [&](int64_t begin, int64_t end) {
+                        for (int64_t block = begin; block < end; ++block) {
+                          LayerNormGradRows(dys, xs, g, means, inverses, dxs,
+                                            parts + block * 2 * d, parts + block * 2 * d + d, d,
+                                            block * kRows, std::min(rows, (block + 1) * kRows));
+                        }
+                      });
+    float* dgammas = dgamma->flat<float>().data();
+    float* dbetas = dbeta->flat<float>().data();
+    std::fill(dgammas, dgammas + d, 0.0f);
+    std::fill(dbetas, dbetas + d, 0.0f);
+    for (int64_t block = 0; block < blocks; ++block) {
+      const float* part = parts + block * 2 * d;
+      for (int64_t i = 0; i < d; ++i) {
+        dgammas[i] += part[i];
+        dbetas[i] += part[d + i];
+      }
+    }
+  }
+};
+
 #define REGISTER_CPU(T)                                                                 \
   REGISTER_KERNEL_BUILDER(Name("KerasTransformerDropoutKeep")                           \
                               .Device(tensorflow::DEVICE_CPU)                           \
@@ -369,7 +566,13 @@ class SoftmaxRowsOp : public OpKernel {
       ApplyKeepOp<T>);                                                                  \
   REGISTER_KERNEL_BUILDER(                                                              \
       Name("KerasTransformerSoftmaxRows").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
-      SoftmaxRowsOp<T>);
+      SoftmaxRowsOp<T>);                                                                \
+  REGISTER_KERNEL_BUILDER(                                                              \
+      Name("KerasTransformerLayerNorm").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      LayerNormOp<T>);                                                                  \
+  REGISTER_KERNEL_BUILDER(                                                              \
+      Name("KerasTransformerLayerNormGrad").Device(tensorflow::DEVICE_CPU).TypeConstraint<T>("T"), \
+      LayerNormGradOp<T>);
 REGISTER_CPU(float)
 REGISTER_CPU(tensorflow::bfloat16)
 

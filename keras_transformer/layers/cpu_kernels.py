@@ -1,11 +1,13 @@
 """Our CPU kernels (``cpu_kernels.cc``): built on first use, loaded, or ``None``.
 
-Two steps of training that TensorFlow's CPU ops make in several passes over memory, each in one:
+Steps of training that TensorFlow's CPU ops make in several passes over memory, each in one:
 dropout (TensorFlow has no fused dropout on CPU: its ops draw the random words into a tensor, then
 compare, select and multiply; ours draws the same words, so a run's numbers are the same either
-way, tests/test_dropout.py) and the training loss's softmax over the vocabulary (the softmax, its
-row statistics and the labels' entries of its gradient from one read of the logits, within float
-rounding of TensorFlow's ops, tests/test_loss.py). They are TensorFlow custom ops, compiled here
+way, tests/test_dropout.py), LayerNorm's forward and backward passes (each row read once per
+pass, within float rounding of TensorFlow's ops, tests/test_layer_norm.py) and the training loss's
+softmax over the vocabulary (the softmax, its row statistics and the labels' entries of its
+gradient from one read of the logits, within float rounding of TensorFlow's ops,
+tests/test_loss.py). They are TensorFlow custom ops, compiled here
 with the C++ compiler against the installed TensorFlow's headers, into a cache folder kept per
 TensorFlow version and source; where they cannot be built (no compiler, another platform) the
 layers and the loss keep TensorFlow's ops and say so once. They run in training only, so exports
@@ -74,8 +76,8 @@ def ops():
         module = tf.load_op_library(path)
     except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
         reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        logging.warning("our CPU kernels (dropout, the loss's softmax) could not be built or "
-                        "loaded (%s); using TensorFlow's ops, which give the same numbers more "
+        logging.warning("our CPU kernels (dropout, LayerNorm, the loss's softmax) could not "
+                        "be built or loaded (%s); using TensorFlow's ops, which give the same numbers more "
                         "slowly. %s=0 keeps them without trying.", reason, SWITCH)
         return None
     global _loaded
