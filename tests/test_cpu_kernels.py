@@ -67,6 +67,14 @@ def test_a_model_trains_the_same_with_our_kernels_as_with_tensorflow_ops(monkeyp
             np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+def test_a_label_outside_the_classes_is_an_error_not_a_read_outside_the_row(cpu_kernels_built):
+    logits = tf.zeros([2, 5])
+    for label in (5, -1):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"outside \[0, classes\)"):
+            cpu_kernels_built.keras_transformer_softmax_rows(logits, tf.constant([0, label]),
+                                                             at_label=1.0)
+
+
 def cpu_flags():
     try:
         with open("/proc/cpuinfo") as stream:

@@ -17,7 +17,8 @@
 //
 // The loss's softmax. TensorFlow's ops cast bfloat16 logits to float32, take the row maximum,
 // the softmax (its own passes), then cast the softmax back and copy it to change the labels'
-// entries. Here each row is read once into a float32 buffer that stays in cache:
+// entries. Here each row is read from memory once (its later passes find it in cache), its
+// exponentials kept in a float32 buffer:
 // SoftmaxRows(logits, labels) -> (probs, logsumexp, row_max, label_logit), with
 // probs = softmax(z) - at_label at the label, computed in float32 and rounded once to T, and
 // logsumexp exact however small the label's probability (tests/test_loss.py).
