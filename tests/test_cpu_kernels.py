@@ -33,8 +33,8 @@ KERNEL_OPS = {"KerasTransformerDropoutKeep", "KerasTransformerApplyKeep",
 
 def test_a_model_trains_the_same_with_our_kernels_as_with_tensorflow_ops(monkeypatch,
                                                                          cpu_kernels_built):
-    """One training step of a small model with every kernel of ours and with none: the same loss and the same new weights (up to
-    the order in which a graph may sum the same numbers)."""
+    """One training step of a small model with every kernel of ours and with none: the same loss
+    and the same new weights (up to the order in which a graph may sum the same numbers)."""
     from keras_transformer.config import TransformerConfig
     from keras_transformer.training.schedule import paper_optimizer
     from keras_transformer.training.step import TrainStep

@@ -77,8 +77,8 @@ def ops():
     except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
         reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
         logging.warning("our CPU kernels (dropout, LayerNorm, the loss's softmax) could not "
-                        "be built or loaded (%s); using TensorFlow's ops, which give the same numbers more "
-                        "slowly. %s=0 keeps them without trying.", reason, SWITCH)
+                        "be built or loaded (%s); using TensorFlow's ops, which give the same "
+                        "numbers more slowly. %s=0 keeps them without trying.", reason, SWITCH)
         return None
     global _loaded
     _loaded = module
