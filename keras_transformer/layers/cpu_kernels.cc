@@ -25,8 +25,9 @@
 //
 // LayerNorm. TensorFlow's ops make about ten passes over the activations forward (casts, mean,
 // centring, square, variance, scaling, gamma, beta) and as many backward. Here each pass reads a
-// row from memory once (its later loops find it in cache): LayerNorm(x, gamma, beta) -> (y, mean, inverse) and LayerNormGrad(dy, x, gamma, mean,
-// inverse) -> (dx, dgamma, dbeta), in float32 whatever T is (tests/test_layer_norm.py).
+// row from memory once (its later loops find it in cache): LayerNorm(x, gamma, beta) ->
+// (y, mean, inverse) and LayerNormGrad(dy, x, gamma, mean, inverse) -> (dx, dgamma, dbeta), in
+// float32 whatever T is (tests/test_layer_norm.py).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

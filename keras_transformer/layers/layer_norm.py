@@ -33,9 +33,11 @@ def layer_norm(x, gamma, beta, epsilon, kernels=None):
     dx = (g - mean(g) - n * mean(g * n)) / sqrt(variance + epsilon), dgamma = sum(dy * n),
     dbeta = sum(dy) over every axis but the last. ``kernels``: our CPU kernels' ops module, which
     computes both in one pass over the rows each; ``None``, TensorFlow's ops."""
-    if kernels is not None:
-        return _layer_norm_kernels(x, gamma, beta, epsilon, kernels)
+    forward = _with_tensorflow_ops(epsilon) if kernels is None else _with_kernels(epsilon, kernels)
+    return forward(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
 
+
+def _with_tensorflow_ops(epsilon):
     @tf.custom_gradient
     def forward(x, gamma, beta):
         x32 = tf.cast(x, tf.float32)
@@ -55,10 +57,10 @@ def layer_norm(x, gamma, beta, epsilon, kernels=None):
 
         return tf.cast(normalized * gamma + beta, x.dtype), gradient
 
-    return forward(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
+    return forward
 
 
-def _layer_norm_kernels(x, gamma, beta, epsilon, kernels):
+def _with_kernels(epsilon, kernels):
     @tf.custom_gradient
     def forward(x, gamma, beta):
         shape = tf.shape(x)
@@ -72,4 +74,4 @@ def _layer_norm_kernels(x, gamma, beta, epsilon, kernels):
 
         return tf.reshape(y, shape), gradient
 
-    return forward(x, tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32))
+    return forward
