@@ -275,7 +275,8 @@ REGISTER_OP("KerasTransformerSoftmaxRows")
       return absl::OkStatus();
     });
 
-// exp(x) for x <= 0 without a branch, so that its loop vectorizes: Cephes' expf, within a unit in
+// exp(x) for x <= 0 without a branch, so that its loop vectorizes (at AVX2's width given
+// -fno-trapping-math, cpu_kernels.py; tests/test_cpu_kernels.py): Cephes' expf, within a unit in
 // the last place of std::exp. Below -87, where float32 leaves the normal numbers, it gives
 // exp(-87) rather than a subnormal or zero (a softmax entry of 1e-38 at most); NaN stays NaN, so
 // a non-finite logit still makes the loss non-finite.
