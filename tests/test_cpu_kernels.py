@@ -85,7 +85,7 @@ def test_the_avx2_version_vectorizes_every_loop_the_avx512_version_does(tmp_path
     kernel running several times slower, which no test of numbers sees (so it was with the
     softmax's exponentials at AVX2's width before -fno-trapping-math). The baseline version is
     not held to it: at SSE2's width GCC's cost model leaves some reductions scalar."""
-    compiler = os.environ.get("CXX") or "c++"
+    compiler = compiler_command()
 
     def ask(option):
         return subprocess.run([*shlex.split(compiler), option], capture_output=True,
@@ -94,11 +94,12 @@ def test_the_avx2_version_vectorizes_every_loop_the_avx512_version_does(tmp_path
         pytest.skip("the vectorization report is GCC's, the versions x86-64's")
     if int(ask("-dumpversion").split(".")[0]) < 11:
         pytest.skip("GCC before 11 knows no x86-64-v4 (the build's clones are avx512f and avx2)")
+    # Each version's command from the CXX the test started with, before the loop changes it.
+    versions = {level: one_version(level) for level in ("x86-64-v4", "x86-64-v3")}
     builds = {}
-    for level in ("x86-64-v4", "x86-64-v3"):
+    for level, command in versions.items():
         report = tmp_path / f"{level}.txt"
-        monkeypatch.setenv("CXX", f"{compiler} -DKT_CLONES= -march={level} "
-                                  f"-fopt-info-vec-optimized={report}")
+        monkeypatch.setenv("CXX", f"{command} -fopt-info-vec-optimized={report}")
         builds[level] = (report, subprocess.Popen(
             cpu_kernels.compile_command(str(tmp_path / f"{level}.so")),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
@@ -113,6 +114,15 @@ def test_the_avx2_version_vectorizes_every_loop_the_avx512_version_does(tmp_path
         "vectorized at AVX-512's width only: cpu_kernels.cc lines "
         f"{sorted(lines['x86-64-v4'] - lines['x86-64-v3'], key=int)}; at AVX2's only: "
         f"{sorted(lines['x86-64-v3'] - lines['x86-64-v4'], key=int)}")
+
+
+def compiler_command():
+    return os.environ.get("CXX") or "c++"
+
+
+def one_version(level):
+    """The compiler command (``CXX``) that builds the loops for one -march level alone."""
+    return f"{compiler_command()} -DKT_CLONES= -march={level}"
 
 
 def cpu_flags():
@@ -132,8 +142,7 @@ def test_every_vector_width_gives_the_same_numbers(level, tmp_path, cpu_kernels_
         pytest.skip("the versions are x86-64's")
     if not LEVELS[level] <= flags:
         pytest.skip(f"this CPU cannot run {level} code")
-    compiler = os.environ.get("CXX") or "c++"
-    env = {**os.environ, "CXX": f"{compiler} -DKT_CLONES= -march={level}",
+    env = {**os.environ, "CXX": one_version(level),
            "KERAS_TRANSFORMER_CACHE": str(tmp_path / "cache")}
     env.pop(cpu_kernels.SWITCH, None)
     tests = os.path.dirname(os.path.abspath(__file__))
