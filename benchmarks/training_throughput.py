@@ -254,9 +254,6 @@ def main(argv):
     if FLAGS.smoke:
         presets, runs, count, size = ["tiny"], 1, 1, 256
         overrides = dict(token_budget=256, vocab_size=512)
-    for precision in precisions:
-        if precision not in ("float32", "bfloat16"):
-            raise app.UsageError(f"--precisions: {precision!r} is neither float32 nor bfloat16.")
     for precision in FLAGS.main_job_precisions:
         if precision not in ("float32", "bfloat16", "auto"):
             raise app.UsageError(f"--main_job_precisions: {precision!r} is none of float32, "
