@@ -3,7 +3,7 @@ and at the vector widths this CPU does not pick.
 
 A build carries an AVX-512, an AVX2 and a baseline version of its loops and runs the one the CPU
 allows, so the tests of tests/test_dropout.py, tests/test_loss.py and tests/test_layer_norm.py
-check one version per machine. Here each other version is built alone (``-DKT_CLONES=`` with its
+check one version per machine. Here each other version is built alone (``-DKT_VERSIONS=0`` with its
 ``-march``, into a folder of its own) and those tests' kernel checks run against it in a process
 of their own: dropout bit for bit against TensorFlow's ops, the loss's softmax and LayerNorm
 against float64. (A float32 sum that was exact enough at AVX-512's width lost 1e-5 of the
@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -93,7 +94,7 @@ def test_the_avx2_version_vectorizes_every_loop_the_avx512_version_does(tmp_path
     if platform.machine() != "x86_64" or "Free Software Foundation" not in ask("--version"):
         pytest.skip("the vectorization report is GCC's, the versions x86-64's")
     if int(ask("-dumpversion").split(".")[0]) < 11:
-        pytest.skip("GCC before 11 knows no x86-64-v4 (the build's clones are avx512f and avx2)")
+        pytest.skip("GCC before 11 knows no -march=x86-64-v4")
     # Each version's command from the CXX the test started with, before the loop changes it.
     versions = {level: one_version(level) for level in ("x86-64-v4", "x86-64-v3")}
     builds = {}
@@ -122,7 +123,7 @@ def compiler_command():
 
 def one_version(level):
     """The compiler command (``CXX``) that builds the loops for one -march level alone."""
-    return f"{compiler_command()} -DKT_CLONES= -march={level}"
+    return f"{compiler_command()} -DKT_VERSIONS=0 -march={level}"
 
 
 def cpu_flags():
@@ -142,15 +143,54 @@ def test_every_vector_width_gives_the_same_numbers(level, tmp_path, cpu_kernels_
         pytest.skip("the versions are x86-64's")
     if not LEVELS[level] <= flags:
         pytest.skip(f"this CPU cannot run {level} code")
-    env = {**os.environ, "CXX": one_version(level),
-           "KERAS_TRANSFORMER_CACHE": str(tmp_path / "cache")}
+    run_the_kernel_checks(one_version(level), tmp_path)
+
+
+def other_compilers():
+    """C++ compilers besides the default one: ``KERAS_TRANSFORMER_TEST_CXX`` (commands separated
+    by ``;``) and the versioned GCC and clang drivers on PATH (``g++-11``, ``clang++-14``...) that
+    are not the default ``c++`` under another name."""
+    named = [c.strip() for c in os.environ.get("KERAS_TRANSFORMER_TEST_CXX", "").split(";")]
+    found = set()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            found.update(name for name in os.listdir(folder)
+                         if re.fullmatch(r"(g|clang)\+\+-\d+", name))
+        except OSError:
+            continue
+    default = shutil.which(shlex.split(compiler_command())[0])
+    found = [name for name in sorted(found) if not default
+             or os.path.realpath(shutil.which(name)) != os.path.realpath(default)]
+    return [c for c in named if c] + found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("compiler", other_compilers() or ["none"])
+def test_other_compilers_build_kernels_that_give_the_same_numbers(compiler, tmp_path,
+                                                                  cpu_kernels_built):
+    """The library as a user's compiler builds it, every version and the choice among them:
+    GCC before 12 had no dispatcher for the x86-64 levels' clones and clang clones no templates,
+    so such a build failed and training fell back to TensorFlow's ops (Ubuntu 22.04's GCC 11,
+    Colab's). Skipped where no other compiler is installed."""
+    if compiler == "none":
+        pytest.skip("no other C++ compiler here (KERAS_TRANSFORMER_TEST_CXX, g++-N, clang++-N)")
+    run_the_kernel_checks(compiler, tmp_path, also="trains_the_same")
+
+
+def run_the_kernel_checks(compiler, tmp_path, also=None):
+    """The kernel checks of tests/test_loss.py, tests/test_dropout.py and tests/test_layer_norm.py
+    (``also``: and these tests of this file) in a process whose kernels ``compiler`` builds into
+    a cache folder of its own."""
+    env = {**os.environ, "CXX": compiler, "KERAS_TRANSFORMER_CACHE": str(tmp_path / "cache")}
     env.pop(cpu_kernels.SWITCH, None)
     tests = os.path.dirname(os.path.abspath(__file__))
+    files = ["test_loss.py", "test_dropout.py", "test_layer_norm.py"] + (
+        [os.path.basename(__file__)] if also else [])
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         *(os.path.join(tests, name)
-           for name in ("test_loss.py", "test_dropout.py", "test_layer_norm.py")),
-         "-k", CHECKS], env=env, capture_output=True, text=True, timeout=900)
+         *(os.path.join(tests, name) for name in files),
+         "-k", CHECKS + (f" or {also}" if also else "")], env=env, capture_output=True,
+        text=True, timeout=900)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
     assert result.returncode == 0, result.stdout[-4000:]
     assert " passed" in summary and "skipped" not in summary, summary

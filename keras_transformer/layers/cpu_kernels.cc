@@ -74,18 +74,64 @@ REGISTER_OP("KerasTransformerApplyKeep")
       return absl::OkStatus();
     });
 
-// x86-64 builds carry an AVX-512 and an AVX2 version of the loops, chosen when the library loads,
-// so that one build serves every CPU kind sharing a cache folder (-DKT_CLONES= builds one version,
-// for the flags given, e.g. to test the AVX2 one on an AVX-512 machine). The x86-64 levels (GCC
-// 11 on) bring the 16-bit vector instructions (AVX512BW) that bfloat16's loops need.
-#ifndef KT_CLONES
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define KT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#elif defined(__x86_64__) && defined(__GNUC__)
-#define KT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// x86-64 builds carry three versions of the loops below: one for the x86-64-v4 level's instructions
+// (AVX-512, with the 16-bit ones, AVX512BW, that bfloat16's loops need), one for x86-64-v3's
+// (AVX2, FMA) and one for the build's own flags; the library chooses once, when it loads, the
+// first the CPU can run, so that one build serves every CPU kind sharing a cache folder. Wrappers
+// with target attributes and a choice by __builtin_cpu_supports, not target_clones: GCC before 12
+// has no dispatcher for the x86-64 levels and clang clones no templates. -DKT_VERSIONS=0 builds
+// the build's own version alone (with -march=..., e.g. to test the AVX2 one on an AVX-512 machine).
+#ifndef KT_VERSIONS
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KT_VERSIONS 1
 #else
-#define KT_CLONES
+#define KT_VERSIONS 0
 #endif
+#endif
+
+// A loop's body, inlined into each version's wrapper (KT_VERSIONED), which compiles it for its
+// instructions.
+#define KT_LOOP __attribute__((always_inline)) inline
+
+#if KT_VERSIONS
+#define KT_V3 "avx2,fma,bmi,bmi2,f16c,lzcnt,movbe,popcnt"
+#define KT_V4 "avx512f,avx512bw,avx512cd,avx512dq,avx512vl," KT_V3
+
+enum class Level { kBuild, kV3, kV4 };
+
+Level CpuLevel() {
+  __builtin_cpu_init();
+  const bool v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                  __builtin_cpu_supports("bmi2");
+  const bool v4 = v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  return v4 ? Level::kV4 : v3 ? Level::kV3 : Level::kBuild;
+}
+
+const Level kCpuLevel = CpuLevel();
+
+// Name(args...): Name##Loop(args...) in the version for kCpuLevel.
+#define KT_VERSIONED(Name)                                                              \
+  template <typename... Args>                                                           \
+  __attribute__((target(KT_V4))) void Name##V4(Args... args) {                          \
+    Name##Loop(args...);                                                                \
+  }                                                                                     \
+  template <typename... Args>                                                           \
+  __attribute__((target(KT_V3))) void Name##V3(Args... args) {                          \
+    Name##Loop(args...);                                                                \
+  }                                                                                     \
+  template <typename... Args>                                                           \
+  void Name(Args... args) {                                                             \
+    if (kCpuLevel == Level::kV4) return Name##V4(args...);                              \
+    if (kCpuLevel == Level::kV3) return Name##V3(args...);                              \
+    Name##Loop(args...);                                                                \
+  }
+#else
+#define KT_VERSIONED(Name) \
+  template <typename... Args>  \
+  void Name(Args... args) {    \
+    Name##Loop(args...);       \
+  }
 #endif
 
 constexpr uint32_t kW32A = 0x9E3779B9, kW32B = 0xBB67AE85;     // Philox's key increments
@@ -156,9 +202,9 @@ inline void DrawBlock(const uint32_t counter[4], const uint32_t key[2], uint64_t
 }
 
 template <typename T>
-KT_CLONES void DropBlocks(const T* __restrict in, T* __restrict out, uint8_t* __restrict keep,
-                          int64_t size, int64_t begin, int64_t end, const uint32_t counter[4],
-                          const uint32_t key[2], uint32_t threshold, float scale) {
+KT_LOOP void DropBlocksLoop(const T* __restrict in, T* __restrict out, uint8_t* __restrict keep,
+                            int64_t size, int64_t begin, int64_t end, const uint32_t counter[4],
+                            const uint32_t key[2], uint32_t threshold, float scale) {
   uint16_t draws[kBlock];
   for (int64_t block = begin; block < end; ++block) {
     DrawBlock(counter, key, uint64_t(block), draws);
@@ -170,12 +216,14 @@ KT_CLONES void DropBlocks(const T* __restrict in, T* __restrict out, uint8_t* __
     for (int64_t i = 0; i < n; ++i) keep[base + i] = draws[i] >= threshold;
   }
 }
+KT_VERSIONED(DropBlocks)
 
 template <typename T>
-KT_CLONES void KeepUnits(const T* __restrict in, const uint8_t* __restrict keep, T* __restrict out,
-                         int64_t begin, int64_t end, float scale) {
+KT_LOOP void KeepUnitsLoop(const T* __restrict in, const uint8_t* __restrict keep,
+                           T* __restrict out, int64_t begin, int64_t end, float scale) {
   for (int64_t i = begin; i < end; ++i) Narrow(Widen(in[i]) * (float(keep[i]) * scale), &out[i]);
 }
+KT_VERSIONED(KeepUnits)
 
 // The scale in T, back in float: the TensorFlow ops multiply by the scale as a T constant.
 template <typename T>
@@ -298,10 +346,10 @@ inline float ExpNonPositive(float x) {
 }
 
 template <typename T>
-KT_CLONES void SoftmaxRows(const T* __restrict in, const int32_t* __restrict labels,
-                           T* __restrict out, float* __restrict logsumexp,
-                           float* __restrict row_max, float* __restrict label_logit,
-                           int64_t classes, int64_t begin, int64_t end, float at_label) {
+KT_LOOP void SoftmaxRowsLoop(const T* __restrict in, const int32_t* __restrict labels,
+                             T* __restrict out, float* __restrict logsumexp,
+                             float* __restrict row_max, float* __restrict label_logit,
+                             int64_t classes, int64_t begin, int64_t end, float at_label) {
   std::vector<float> row_buffer(classes);  // one row's exponentials, in cache for the last pass
   float* __restrict exps = row_buffer.data();
   for (int64_t row = begin; row < end; ++row) {
@@ -325,6 +373,7 @@ KT_CLONES void SoftmaxRows(const T* __restrict in, const int32_t* __restrict lab
     label_logit[row] = Widen(z[label]);
   }
 }
+KT_VERSIONED(SoftmaxRows)
 
 template <typename T>
 class SoftmaxRowsOp : public OpKernel {
@@ -407,10 +456,10 @@ REGISTER_OP("KerasTransformerLayerNormGrad")
 // variance (of the centred values, as layer_norm.py's TensorFlow ops take it), then
 // y = (x - mean) * inverse * gamma + beta with inverse = 1 / sqrt(variance + epsilon).
 template <typename T>
-KT_CLONES void LayerNormRows(const T* __restrict in, const float* __restrict gamma,
-                             const float* __restrict beta, T* __restrict out,
-                             float* __restrict means, float* __restrict inverses, int64_t d,
-                             int64_t begin, int64_t end, float epsilon) {
+KT_LOOP void LayerNormRowsLoop(const T* __restrict in, const float* __restrict gamma,
+                               const float* __restrict beta, T* __restrict out,
+                               float* __restrict means, float* __restrict inverses, int64_t d,
+                               int64_t begin, int64_t end, float epsilon) {
   for (int64_t row = begin; row < end; ++row) {
     const T* __restrict x = in + row * d;
     float sum = 0.0f;
@@ -432,17 +481,18 @@ KT_CLONES void LayerNormRows(const T* __restrict in, const float* __restrict gam
     inverses[row] = inverse;
   }
 }
+KT_VERSIONED(LayerNormRows)
 
 // Its gradient for rows [begin, end), with n the normalised x and g = dy * gamma:
 // dx = inverse * (g - mean(g) - n * mean(g * n)); the rows' dy * n and dy added to dgamma's and
 // dbeta's partial sums (the caller sums the partials of fixed row blocks, so that the order of
 // the additions does not depend on the threads).
 template <typename T>
-KT_CLONES void LayerNormGradRows(const T* __restrict dys, const T* __restrict xs,
-                                 const float* __restrict gamma, const float* __restrict means,
-                                 const float* __restrict inverses, T* __restrict dxs,
-                                 float* __restrict dgamma, float* __restrict dbeta, int64_t d,
-                                 int64_t begin, int64_t end) {
+KT_LOOP void LayerNormGradRowsLoop(const T* __restrict dys, const T* __restrict xs,
+                                   const float* __restrict gamma, const float* __restrict means,
+                                   const float* __restrict inverses, T* __restrict dxs,
+                                   float* __restrict dgamma, float* __restrict dbeta, int64_t d,
+                                   int64_t begin, int64_t end) {
   for (int64_t row = begin; row < end; ++row) {
     const T* __restrict dy = dys + row * d;
     const T* __restrict x = xs + row * d;
@@ -466,6 +516,7 @@ KT_CLONES void LayerNormGradRows(const T* __restrict dys, const T* __restrict xs
     }
   }
 }
+KT_VERSIONED(LayerNormGradRows)
 
 template <typename T>
 class LayerNormOp : public OpKernel {
