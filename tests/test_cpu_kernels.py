@@ -1,5 +1,5 @@
 """Our CPU kernels (keras_transformer/layers/cpu_kernels.py) together in a model's training step,
-and at the vector widths this CPU does not pick.
+at the vector widths this CPU does not pick, and as the other C++ compilers installed build them.
 
 A build carries an AVX-512, an AVX2 and a baseline version of its loops and runs the one the CPU
 allows, so the tests of tests/test_dropout.py, tests/test_loss.py and tests/test_layer_norm.py
@@ -158,9 +158,9 @@ def other_compilers():
                          if re.fullmatch(r"(g|clang)\+\+-\d+", name))
         except OSError:
             continue
-    default = shutil.which(shlex.split(compiler_command())[0])
-    found = [name for name in sorted(found) if not default
-             or os.path.realpath(shutil.which(name)) != os.path.realpath(default)]
+    default = os.path.realpath(shutil.which(shlex.split(compiler_command())[0]) or "")
+    found = [name for name in sorted(found)
+             if shutil.which(name) and os.path.realpath(shutil.which(name)) != default]
     return [c for c in named if c] + found
 
 

@@ -231,7 +231,7 @@ def test_a_bad_flag_is_one_line_pointing_to_the_programs_help(helps, program, tm
 @pytest.mark.parametrize("program", ["benchmarks.training_throughput", "benchmarks.profile_step"])
 def test_a_precision_the_step_benchmarks_do_not_know_is_a_bad_flag(program, tmp_path):
     # Both take --precisions from benchmarks.batch_flags; profile_step once met "auto" with a
-    # KeyError deep in its main job's widths, after minutes of setting up.
+    # KeyError deep in its main job's widths, after half a minute of setting up.
     result = subprocess.run([sys.executable, "-m", program, "--precisions=float32,auto"],
                             cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
