@@ -62,6 +62,9 @@ flags.DEFINE_list("main_job_precisions", ["float32", "auto"],
                   "The main job's precisions, a row each: float32 (what the main job runs on an "
                   "AVX2-only machine), bfloat16, auto (the machine's choice, as the main job's; "
                   "a precision already listed is measured once).")
+flags.register_validator("main_job_precisions",
+                         lambda values: set(values) <= {"float32", "bfloat16", "auto"},
+                         "must name float32, bfloat16 or auto only")
 flags.DEFINE_integer("matmul_size", 4096, "n of the n x n x n matmuls measuring the peaks.")
 flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "training_throughput.json"),
                     "JSON output.")
@@ -254,10 +257,6 @@ def main(argv):
     if FLAGS.smoke:
         presets, runs, count, size = ["tiny"], 1, 1, 256
         overrides = dict(token_budget=256, vocab_size=512)
-    for precision in FLAGS.main_job_precisions:
-        if precision not in ("float32", "bfloat16", "auto"):
-            raise app.UsageError(f"--main_job_precisions: {precision!r} is none of float32, "
-                                 "bfloat16, auto.")
     machine = common.machine()  # the load average at the start
     peak = common.MatmulPeak(size)
     report_peak(peak.sample("before"))

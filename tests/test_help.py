@@ -228,15 +228,19 @@ def test_a_bad_flag_is_one_line_pointing_to_the_programs_help(helps, program, tm
         assert args[0].split("=")[0].lstrip("-") in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("program", ["benchmarks.training_throughput", "benchmarks.profile_step"])
-def test_a_precision_the_step_benchmarks_do_not_know_is_a_bad_flag(program, tmp_path):
-    # Both take --precisions from benchmarks.batch_flags; profile_step once met "auto" with a
+@pytest.mark.parametrize("program, flag, value, allowed", [
+    ("benchmarks.training_throughput", "precisions", "auto", "float32 or bfloat16"),
+    ("benchmarks.profile_step", "precisions", "auto", "float32 or bfloat16"),
+    ("benchmarks.training_throughput", "main_job_precisions", "fp16", "float32, bfloat16 or auto")])
+def test_a_precision_the_step_benchmarks_do_not_know_is_a_bad_flag(program, flag, value, allowed,
+                                                                   tmp_path):
+    # --precisions comes from benchmarks.batch_flags; profile_step once met "auto" with a
     # KeyError deep in its main job's widths, after half a minute of setting up.
-    result = subprocess.run([sys.executable, "-m", program, "--precisions=float32,auto"],
+    result = subprocess.run([sys.executable, "-m", program, f"--{flag}=float32,{value}"],
                             cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
-    assert "--precisions" in lines[0] and "float32 or bfloat16" in lines[0], lines[0]
+    assert f"--{flag}" in lines[0] and allowed in lines[0], lines[0]
 
 
 # The defaults a training program trains with, from its own flags and main() up to the point where
