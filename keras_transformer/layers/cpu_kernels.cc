@@ -94,8 +94,10 @@ REGISTER_OP("KerasTransformerApplyKeep")
 #define KT_LOOP __attribute__((always_inline)) inline
 
 #if KT_VERSIONS
-#define KT_V3 "avx2,fma,bmi,bmi2,f16c,lzcnt,movbe,popcnt"
-#define KT_V4 "avx512f,avx512bw,avx512cd,avx512dq,avx512vl," KT_V3
+// Exactly the features CpuLevel asks the CPU for, so that no version uses one it did not check
+// (a virtual machine may hide single features).
+#define KT_V3 "avx2,fma,bmi2"
+#define KT_V4 "avx512f,avx512bw,avx512dq,avx512vl," KT_V3
 
 enum class Level { kBuild, kV3, kV4 };
 
