@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 import keras
 import numpy as np
@@ -76,6 +77,37 @@ def test_a_label_outside_the_classes_is_an_error_not_a_read_outside_the_row(cpu_
         with pytest.raises(tf.errors.InvalidArgumentError, match=r"outside \[0, classes\)"):
             cpu_kernels_built.keras_transformer_softmax_rows(logits, tf.constant([0, label]),
                                                              at_label=1.0)
+
+
+def test_a_new_build_removes_the_builds_no_process_loaded_for_a_month(tmp_path, monkeypatch):
+    """The cache keeps one library per source, TensorFlow version and compiler; each load marks
+    its build as used, and a new build removes the others unused for ``UNUSED_DAYS`` and what a
+    killed build left a day ago or more, and nothing else."""
+    day = 86400
+    ages = {"cpu_kernels-unused.so": cpu_kernels.UNUSED_DAYS * day + 60,
+            "cpu_kernels-used_last_week.so": 7 * day,
+            "tmp_killed.so.partial": cpu_kernels.PARTIAL_DAYS * day + 60,
+            "tmp_building_now.so.partial": 60,
+            "notes.txt": 400 * day}
+    for name, age in ages.items():
+        (tmp_path / name).write_text(name)
+        os.utime(tmp_path / name, (time.time() - age,) * 2)
+    # The build itself (a "compiler" that writes its output) is not what this test is about.
+    monkeypatch.setattr(cpu_kernels, "compile_command", lambda output: [
+        sys.executable, "-c", "import sys; open(sys.argv[1], 'w').write('built')", output])
+    cpu_kernels._build(str(tmp_path / "cpu_kernels-new.so"))
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["cpu_kernels-new.so", "cpu_kernels-used_last_week.so", "tmp_building_now.so.partial",
+         "notes.txt"])
+
+
+def test_loading_a_build_marks_it_used(monkeypatch, cpu_kernels_built):
+    path = cpu_kernels.library_path()
+    month_ago = time.time() - 31 * 86400
+    os.utime(path, (month_ago, month_ago))
+    monkeypatch.setattr(cpu_kernels, "ops", cpu_kernels.ops.__wrapped__)  # not the cached module
+    assert cpu_kernels.ops() is not None
+    assert os.path.getmtime(path) > time.time() - 600
 
 
 @pytest.mark.slow

@@ -15,6 +15,8 @@ and TF Serving never meet them.
 
 ``KERAS_TRANSFORMER_CPU_KERNELS=0`` keeps TensorFlow's ops; ``KERAS_TRANSFORMER_CACHE`` moves the
 cache folder (default ``$XDG_CACHE_HOME/keras_transformer``, else ``~/.cache/keras_transformer``).
+A build no process has loaded for ``UNUSED_DAYS`` goes when another is built (an earlier source's
+or TensorFlow version's).
 """
 
 import functools
@@ -24,6 +26,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 
 import tensorflow as tf
 from absl import logging
@@ -31,6 +34,9 @@ from tensorflow.python.ops import control_flow_util
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernels.cc")
 SWITCH = "KERAS_TRANSFORMER_CPU_KERNELS"
+# Every load marks its build as used (its file's time); a new build removes the others unused this
+# long, and what a build killed a day ago or more left (its temporary file).
+UNUSED_DAYS, PARTIAL_DAYS = 30, 1
 
 
 def cache_folder():
@@ -79,7 +85,9 @@ def ops():
         return None
     try:
         path = library_path()
-        if not os.path.exists(path):
+        if os.path.exists(path):
+            _mark_used(path)
+        else:
             _build(path)
         module = tf.load_op_library(path)
     except (OSError, subprocess.SubprocessError, tf.errors.OpError) as error:
@@ -125,6 +133,32 @@ def _build(path):
     finally:
         if os.path.exists(partial):
             os.remove(partial)
+    _remove_unused(os.path.dirname(path))
+
+
+def _remove_unused(folder):
+    """Removes the builds in ``folder`` that no process has loaded for ``UNUSED_DAYS`` and the
+    temporary files of builds killed ``PARTIAL_DAYS`` ago or more."""
+    now = time.time()
+    for name in os.listdir(folder):
+        if name.endswith(".so.partial"):
+            days = PARTIAL_DAYS
+        elif name.startswith("cpu_kernels-") and name.endswith(".so"):
+            days = UNUSED_DAYS
+        else:
+            continue
+        try:
+            if now - os.path.getmtime(os.path.join(folder, name)) > days * 86400:
+                os.remove(os.path.join(folder, name))
+        except OSError:  # removed by another process first, or not ours to remove
+            pass
+
+
+def _mark_used(path):
+    try:
+        os.utime(path)
+    except OSError:  # a cache folder this user may read but not write
+        pass
 
 
 @functools.lru_cache(maxsize=None)  # once per process, however often ops() is asked again
