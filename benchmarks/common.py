@@ -114,6 +114,9 @@ def peak_line(result) -> str:
                 for dtype, s in spread.items()) + ".")
 
 
+# The trainer's --seed when not given (trainers/training_flags.py, which defines flags, so is not
+# imported here; a test keeps the two equal).
+TRAINER_SEED = 1
 # The main job's model and batches (trainers/quickstart.py QUICKSTART_DEFAULTS; a test keeps the
 # two equal): its training speed is measured beside the presets'.
 MAIN_JOB = dict(preset="mini", dataset="libreoffice_help_en_de", vocab_size=8000,
@@ -205,12 +208,22 @@ def matmul_seconds(shapes, dtype, repeats=5):
     return best
 
 
-def real_batches(config, tokenizer, count):
-    """``count`` training batches as the trainer sees them, spread over its first pass (its first
-    50 * count batches at most; ``count=0``: all of it), with their padding and that of all read:
-    a pass starts with its most padded buckets, so its first batches would understate FLOP/s."""
+def real_batches(config, count):
+    """(the tokenizer, ``count`` training batches as the trainer sees them, spread over its first
+    pass (its first 50 * count batches at most; ``count=0``: all of it), their padding and that of
+    all read): a pass starts with its most padded buckets, so its first batches would understate
+    FLOP/s."""
+    import tensorflow as tf
+
     from keras_transformer import data
 
+    # The trainer seeds TensorFlow with --seed before it reads, and a shuffle's order depends on
+    # that seed beside config.seed: so the batches are those of a run with the default --seed,
+    # whatever this process seeded before (the rows measured earlier in it seed their models).
+    # Seeding clears TensorFlow's kernel cache and with it a tokenizer's SentencePiece resource
+    # (tensorflow/text#570): the tokenizer is loaded after it.
+    tf.random.set_seed(TRAINER_SEED)
+    tokenizer, _ = data.load_or_learn_tokenizer(config)
     # One pass, read in part (so its tokenized pairs are not cached for passes never read).
     dataset = data.make_dataset(config, tokenizer, "train", training=True, read_in_part=True)
     window = list(dataset.take(50 * count) if count else dataset)
@@ -220,7 +233,7 @@ def real_batches(config, tokenizer, count):
     # The middle batch of each of ``count`` equal stretches of the window.
     batches = [window[int((i + 0.5) * len(window) / count)] for i in range(count)]
     sample, read = _padding(batches), _padding(window)
-    return batches, {"bucket_multiple": config.bucket_multiple, **sample,
+    return tokenizer, batches, {"bucket_multiple": config.bucket_multiple, **sample,
                      "batches_read": len(window),
                      "padding_fraction_of_batches_read": read["padding_fraction"],
                      "shapes": len({tuple(b[0][0].shape) for b in batches})}

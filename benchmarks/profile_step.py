@@ -344,10 +344,7 @@ def main(argv):
         presets, precisions, count = ["tiny"], ["float32"], 1
         overrides = dict(token_budget=256, vocab_size=512)
     config = data_flags.data_config(xla=False, **overrides)
-    from keras_transformer import data
-
-    tokenizer, _ = data.load_or_learn_tokenizer(config)
-    batches, padding = common.real_batches(config, tokenizer, count)
+    tokenizer, batches, padding = common.real_batches(config, count)
     pipeline, rows = pipeline_seconds(config, tokenizer), []
     with tempfile.TemporaryDirectory(prefix="profile_step_") as scratch:
         logdir = FLAGS.logdir or scratch  # the traces stay only where --logdir says

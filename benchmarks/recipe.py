@@ -202,8 +202,7 @@ def step_costs(names, precision):
         corpus = {k: v for k, v in values.items() if k in corpus_fields}
         model = {k: v for k, v in values.items() if k in model_fields}
         config = data_flags.data_config(xla=False, **corpus)
-        tokenizer, _ = data.load_or_learn_tokenizer(config)
-        batches, _ = common.real_batches(config, tokenizer, FLAGS.cost_batches)
+        tokenizer, batches, _ = common.real_batches(config, FLAGS.cost_batches)
         _, _, step = common.train_step(values["preset"], precision, tokenizer.vocab_size,
                                        overrides=model)
         steps[name] = step, batches

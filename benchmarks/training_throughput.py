@@ -153,15 +153,13 @@ def table_row(row, peaks):
 def main_job_rows(smoke_overrides, count, runs, peak):
     """The main job's training speed: its preset, model options, corpus and batches, a row per
     precision of --main_job_precisions (the smoke run keeps its own small corpus)."""
-    from keras_transformer import data
     from keras_transformer.training import resolve_precision
 
     job = common.MAIN_JOB
     corpus = smoke_overrides or {key: job[key] for key in ("dataset", "vocab_size",
                                                             "token_budget", "max_length")}
     config = data_flags.data_config(xla=False, **corpus)
-    tokenizer, _ = data.load_or_learn_tokenizer(config)
-    batches, padding = common.real_batches(config, tokenizer, count)
+    tokenizer, batches, padding = common.real_batches(config, count)
     rows = []
     for precision in dict.fromkeys(map(resolve_precision, FLAGS.main_job_precisions)):
         row = measure(job["preset"], precision, False, tokenizer.vocab_size, batches, runs,
@@ -189,14 +187,11 @@ def report_peak(sample):
 def measure_rows(presets, precisions, runs, count, peak, overrides):
     """Every configuration's row, the matmul peak sampled after each; (rows, data description,
     the vocabulary size)."""
-    from keras_transformer import data
-
     configs = {xla: data_flags.data_config(xla=xla, **overrides) for xla in (False, True)}
-    tokenizer, _ = data.load_or_learn_tokenizer(configs[False])
     # One set per distinct configuration (both XLA settings share one if --bucket_multiple is given).
-    by_config = {config: common.real_batches(config, tokenizer, count)
-                 for config in set(configs.values())}
-    batches = {xla: by_config[config] for xla, config in configs.items()}
+    by_config = {config: common.real_batches(config, count) for config in set(configs.values())}
+    tokenizer = by_config[configs[False]][0]
+    batches = {xla: by_config[config][1:] for xla, config in configs.items()}
     rows = []
     for preset in presets:
         for precision in precisions:
