@@ -104,12 +104,8 @@ def report(results, output_dir):
             data = result["data"]
             lines += [f"{data['batches'] or 'All the'} real batches of {data['dataset']} train, "
                       f"{data['token_budget']:,} tokens per side budget, vocabulary "
-                      f"{data['vocab_size']:,}"
-                      + ("" if data.get("main_job_batches") is None else
-                         f" (the main job's rows: {data['main_job_batches'] or 'all the'} "
-                         "batches of its first pass)")
-                      + f"; FLOPs count real tokens only; median [min, max] of "
-                      f"{result['runs']} passes.", ""]
+                      f"{data['vocab_size']:,}; FLOPs count real tokens only; median [min, max] "
+                      f"of {result['runs']} passes.", ""]
         if part == "decoding":
             lines += [f"{result['model']}; median [min, max] of {result['runs']} runs.", ""]
         tables = result["markdown"]

@@ -114,9 +114,7 @@ def peak_line(result) -> str:
                 for dtype, s in spread.items()) + ".")
 
 
-# The trainer's --seed when not given (trainers/training_flags.py, which defines flags, so is not
-# imported here; a test keeps the two equal).
-TRAINER_SEED = 1
+TRAINER_SEED = 1  # trainers/training_flags.py's --seed when not given (not imported: defines flags)
 # The main job's model and batches (trainers/quickstart.py QUICKSTART_DEFAULTS; a test keeps the
 # two equal): its training speed is measured beside the presets'.
 MAIN_JOB = dict(preset="mini", dataset="libreoffice_help_en_de", vocab_size=8000,
@@ -209,19 +207,15 @@ def matmul_seconds(shapes, dtype, repeats=5):
 
 
 def real_batches(config, count):
-    """(the tokenizer, ``count`` training batches as the trainer sees them, spread over its first
-    pass (its first 50 * count batches at most; ``count=0``: all of it), their padding and that of
-    all read): a pass starts with its most padded buckets, so its first batches would understate
-    FLOP/s."""
+    """(tokenizer, ``count`` training batches as the trainer sees them, spread over its first pass
+    (at most its first 50 * count; 0: all of it), their padding and that of all read): a pass
+    starts with its most padded buckets, so its first batches would understate FLOP/s."""
     import tensorflow as tf
 
     from keras_transformer import data
 
-    # The trainer seeds TensorFlow with --seed before it reads, and a shuffle's order depends on
-    # that seed beside config.seed: so the batches are those of a run with the default --seed,
-    # whatever this process seeded before (the rows measured earlier in it seed their models).
-    # Seeding clears TensorFlow's kernel cache and with it a tokenizer's SentencePiece resource
-    # (tensorflow/text#570): the tokenizer is loaded after it.
+    # A run's batches depend on the global seed the trainer sets first, which earlier rows here
+    # changed; seeding clears a loaded tokenizer's resource (tensorflow/text#570), so load after.
     tf.random.set_seed(TRAINER_SEED)
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     # One pass, read in part (so its tokenized pairs are not cached for passes never read).
@@ -234,7 +228,7 @@ def real_batches(config, count):
     batches = [window[int((i + 0.5) * len(window) / count)] for i in range(count)]
     sample, read = _padding(batches), _padding(window)
     return tokenizer, batches, {"bucket_multiple": config.bucket_multiple, **sample,
-                     "batches_read": len(window),
+                     "measured": count, "batches_read": len(window),
                      "padding_fraction_of_batches_read": read["padding_fraction"],
                      "shapes": len({tuple(b[0][0].shape) for b in batches})}
 

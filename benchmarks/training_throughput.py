@@ -20,9 +20,8 @@ min and max over the passes of the time per step.
 --main_job adds rows for the main job (python -m trainers.quickstart): preset mini with its
 options, corpus and batch size, in float32 and in the precision the main job picks on this
 machine (bfloat16 where the CPU has bf16 units; --main_job_precisions), each at the width the
-quickstart's recipe for that precision trains (benchmarks.common.MAIN_JOB_WIDTHS), over every
-batch of its first pass (--main_job_batches): at its small step, which batches a sample of 8
-holds moves the row by several points of the peak.
+quickstart's recipe for that precision trains (benchmarks.common.MAIN_JOB_WIDTHS), over its whole
+first pass (--main_job_batches: at its small step a sample of 8 moves the row by points).
 
 Model FLOPs follow the usual 6-FLOPs-per-weight-per-token count (2 forward, 4 backward), over
 REAL tokens only (padding is work the model wastes): source tokens through the encoder weights,
@@ -131,7 +130,8 @@ def table_row(row, peaks):
     error = f" {common.PEAK_ERROR}" if common.peak_error(row) else ""
     return {
         "preset": (f"{row.get('model', row['preset'])} (main job: {row['dataset']}, "
-                   f"{row['token_budget']:,} tokens/side)" if row.get("main_job") else row["preset"]),
+                   f"{row['token_budget']:,} tokens/side, {row['batches']['measured']} batches)"
+                   if row.get("main_job") else row["preset"]),
         "precision": row["precision"],
         "XLA": "on" if row["xla"] else "off",
         "real tokens/step (src+tgt)":
@@ -206,12 +206,10 @@ def measure_rows(presets, precisions, runs, count, peak, overrides):
                 print_row(row)
                 report_peak(peak.sample(f"after {preset} {precision} xla={'on' if xla else 'off'}"))
     if FLAGS.main_job:
-        rows += main_job_rows(overrides, count if FLAGS.smoke else FLAGS.main_job_batches, runs,
-                              peak)
+        rows += main_job_rows(overrides, 1 if FLAGS.smoke else FLAGS.main_job_batches, runs, peak)
     config = configs[False]
     described = {"dataset": config.dataset, "token_budget": config.token_budget,
                  "vocab_size": tokenizer.vocab_size, "batches": count,
-                 "main_job_batches": FLAGS.main_job_batches if FLAGS.main_job else None,
                  "without_xla": batches[False][1], "with_xla": batches[True][1]}
     return rows, described
 
@@ -270,10 +268,8 @@ def main(argv):
     peaks, spread = divide_by_the_peak(rows, peak)
     table = common.markdown([table_row(r, peaks) for r in rows], COLUMNS)
     print(f"\n{f'{count} batches' if count else 'every batch of the first pass'} of "
-          f"{described['dataset']} train, {described['token_budget']} tokens/side budget"
-          + ("" if described["main_job_batches"] is None else
-             f"; the main job's rows: {described['main_job_batches'] or 'every'} batch(es) of "
-             "its first pass") + f"\n\n{table}")
+          f"{described['dataset']} train, {described['token_budget']} "
+          f"tokens/side budget\n\n{table}")
     machine["load_average_at_end"] = common.machine()["load_average"]
     result = {"machine": machine, "matmul_size": size,
               "matmul_peak_flops": peaks, "matmul_peak_spread": spread,
