@@ -215,7 +215,7 @@ def real_batches(config, count):
     from keras_transformer import data
 
     # A run's batches depend on the global seed the trainer sets first, which earlier rows here
-    # changed; seeding clears a loaded tokenizer's resource (tensorflow/text#570), so load after.
+    # changed.
     tf.random.set_seed(TRAINER_SEED)
     tokenizer, _ = data.load_or_learn_tokenizer(config)
     # One pass, read in part (so its tokenized pairs are not cached for passes never read).

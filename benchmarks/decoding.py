@@ -102,8 +102,6 @@ def load_model_and_sentences():
     from keras_transformer import data
     from keras_transformer.tokenizer import SubwordTokenizer
 
-    # Seed first: tf.random.set_seed (inside) after a SubwordTokenizer exists deletes its
-    # SentencePiece resource ("Resource ... SentencepieceOp ... does not exist").
     keras.utils.set_random_seed(1)
     if FLAGS.smoke:
         text = [f"{s} {i}" for i in range(30) for s in SMOKE_TEXT]

@@ -17,6 +17,8 @@ input sentences (only when there are more than ``input_sentence_size``) follows 
 identical for the same data and seed.
 """
 
+import functools
+import hashlib
 import io
 import os
 from typing import Iterable, Optional
@@ -62,6 +64,7 @@ class SubwordTokenizer(tf.Module):
         sampler = dict(nbest_size=-1, alpha=self._sampling) if self._sampling else {}
         self._sp = tf_text.SentencepieceTokenizer(model=self._model_proto, out_type=tf.int32,
                                                   **sampler)
+        self._sp._model_resource = _shared_model_resource(self._model_proto)
 
     # --- construction -------------------------------------------------------------------
 
@@ -220,3 +223,34 @@ class SubwordTokenizer(tf.Module):
     def id_to_piece(self, ids) -> tf.Tensor:
         """Subword strings of ids (for inspection)."""
         return self._sp.id_to_string(tf.cast(ids, tf.int32))
+
+
+def _shared_model_resource(model_proto: bytes):
+    """The SentencePiece processor's resource, named after the model's bytes.
+
+    tensorflow-text's own resource is private to the kernel that created it, and seeding
+    (``tf.random.set_seed``, ``keras.utils.set_random_seed``) clears the eager kernel cache and
+    the resource with it: a tokenizer or Translator loaded before fails at its next call
+    (tensorflow/text#570; its TODO b/318839908 plans a ref-counted resource). A shared name
+    keeps the resource in the device's resource manager. Tokenizers of the same bytes share one
+    processor, which is safe: the sampling options are inputs of each call, and we never set
+    the resource's other options (BOS/EOS/reverse). It lives as long as its resource manager:
+    the process, or the session that loaded a SavedModel. This reaches into two private names of
+    tensorflow-text (pinned below 2.22 in setup.cfg); tests/test_tokenizer.py fails if they move.
+    """
+    return _shared_model_resource_class()(model_proto, "SentencepieceModel")
+
+
+@functools.cache
+def _shared_model_resource_class():
+    from tensorflow_text.python.ops import sentencepiece_tokenizer as sp_ops
+
+    class SharedSentencepieceModelResource(sp_ops._SentencepieceModelResource):
+        def _create_resource(self):
+            with tf.name_scope(self._name):
+                return sp_ops.gen_sentencepiece_tokenizer.sentencepiece_op(
+                    model=self._model,
+                    shared_name="keras_transformer_sentencepiece_"
+                    + hashlib.sha256(self._model).hexdigest())
+
+    return SharedSentencepieceModelResource

@@ -178,3 +178,25 @@ def test_subword_sampling_only_reaches_the_training_batches(tokenizer):
     assert training_tokenizer(DataConfig(dataset="ding_de_en"), tokenizer) is tokenizer
     with pytest.raises(ValueError, match=r"subword_sampling=1.0"):
         DataConfig(dataset="ding_de_en", subword_sampling=1.0)
+
+
+def test_tokenizers_keep_working_after_tensorflow_is_seeded_and_do_not_share_a_model(tokenizer, tmp_path):
+    # Seeding clears TensorFlow's kernel cache; tensorflow-text's own resource went with it
+    # (tensorflow/text#570), so a notebook that seeds after loading failed at the next call.
+    import keras
+
+    other = SubwordTokenizer.learn(iter(SENTENCES), VOCAB_SIZE + 64, str(tmp_path / "o.model"),
+                                   seed=3)
+    texts = SENTENCES[:24] + UNSEEN
+    pipeline = tf.data.Dataset.from_tensor_slices(texts).batch(len(texts)).map(tokenizer.tokenize)
+    sampler = tokenizer.with_sampling(0.2)
+    keras.utils.set_random_seed(5)
+    for each in (tokenizer, other):
+        reference = spm.SentencePieceProcessor(model_proto=each.model_proto).encode(texts)
+        assert each.tokenize(tf.constant(texts)).to_list() == reference
+        assert [b.decode() for b in each.detokenize(each.tokenize(texts)).numpy()] == texts
+    # Two vocabularies segment differently: each kept its own model, not the first one made.
+    assert tokenizer.tokenize(tf.constant(texts)).to_list() != other.tokenize(
+        tf.constant(texts)).to_list()
+    assert next(iter(pipeline)).to_list() == tokenizer.tokenize(tf.constant(texts)).to_list()
+    assert [b.decode() for b in sampler.detokenize(sampler.tokenize(texts)).numpy()] == texts
