@@ -100,7 +100,7 @@ def report(results, output_dir):
         lines += [f"## {PARTS[part][0]}", "", f"Measured {measured['date']}, load average "
                   f"{measured['load_average'][0]} at the start"
                   + (f", {end[0]} at the end" if end else "") + ".", ""]
-        if part == "training_throughput":
+        if part == "training_throughput" and result["data"]:  # None: the main job's rows alone
             data = result["data"]
             lines += [f"{data['batches'] or 'All the'} real batches of {data['dataset']} train, "
                       f"{data['token_budget']:,} tokens per side budget, vocabulary "

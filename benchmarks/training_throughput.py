@@ -189,8 +189,7 @@ def report_peak(sample):
 
 
 def measure_rows(presets, precisions, runs, count, peak, overrides):
-    """Every configuration's row, the matmul peak sampled after each; (rows, data description,
-    the vocabulary size)."""
+    """Every preset's row, the matmul peak sampled after each; (rows, data description)."""
     configs = {xla: data_flags.data_config(xla=xla, **overrides) for xla in (False, True)}
     # One set per distinct configuration (both XLA settings share one if --bucket_multiple is given).
     by_config = {config: common.real_batches(config, count) for config in set(configs.values())}
@@ -205,8 +204,6 @@ def measure_rows(presets, precisions, runs, count, peak, overrides):
                 rows.append(row)
                 print_row(row)
                 report_peak(peak.sample(f"after {preset} {precision} xla={'on' if xla else 'off'}"))
-    if FLAGS.main_job:
-        rows += main_job_rows(overrides, 1 if FLAGS.smoke else FLAGS.main_job_batches, runs, peak)
     config = configs[False]
     described = {"dataset": config.dataset, "token_budget": config.token_budget,
                  "vocab_size": tokenizer.vocab_size, "batches": count,
@@ -250,16 +247,20 @@ def main(argv):
     if FLAGS.compare and not os.path.isfile(FLAGS.compare):
         raise app.UsageError(f"--compare={FLAGS.compare}: no such file (an earlier JSON of this "
                              "benchmark).")
-    presets, precisions, runs, count, size = (FLAGS.presets, FLAGS.precisions, FLAGS.runs,
-                                              FLAGS.batches, FLAGS.matmul_size)
+    presets, precisions, runs, count, size, main_job_count = (
+        FLAGS.presets, FLAGS.precisions, FLAGS.runs, FLAGS.batches, FLAGS.matmul_size,
+        FLAGS.main_job_batches)
     overrides = {}
     if FLAGS.smoke:
-        presets, runs, count, size = ["tiny"], 1, 1, 256
+        presets, runs, count, size, main_job_count = ["tiny"], 1, 1, 256, 1
         overrides = dict(token_budget=256, vocab_size=512)
     machine = common.machine()  # the load average at the start
     peak = common.MatmulPeak(size)
     report_peak(peak.sample("before"))
-    rows, described = measure_rows(presets, precisions, runs, count, peak, overrides)
+    rows, described = (measure_rows(presets, precisions, runs, count, peak, overrides) if presets
+                       else ([], None))  # no presets: their corpus is neither prepared nor read
+    if FLAGS.main_job:
+        rows += main_job_rows(overrides, main_job_count, runs, peak)
     xla_matmul = None
     if any(row["xla"] for row in rows):  # why XLA's step is slower: its matmul beside oneDNN's
         xla_matmul = peak.xla_sample()
@@ -267,9 +268,10 @@ def main(argv):
             f"{dtype} {value / 1e9:,.1f} GFLOP/s" for dtype, value in xla_matmul.items()), flush=True)
     peaks, spread = divide_by_the_peak(rows, peak)
     table = common.markdown([table_row(r, peaks) for r in rows], COLUMNS)
-    print(f"\n{f'{count} batches' if count else 'every batch of the first pass'} of "
-          f"{described['dataset']} train, {described['token_budget']} "
-          f"tokens/side budget\n\n{table}")
+    if described:
+        print(f"\n{f'{count} batches' if count else 'every batch of the first pass'} of "
+              f"{described['dataset']} train, {described['token_budget']} tokens/side budget")
+    print(f"\n{table}")
     machine["load_average_at_end"] = common.machine()["load_average"]
     result = {"machine": machine, "matmul_size": size,
               "matmul_peak_flops": peaks, "matmul_peak_spread": spread,
