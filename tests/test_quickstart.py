@@ -142,6 +142,32 @@ def test_a_second_run_after_success_trains_nothing_and_reprints_the_report(smoke
         assert line in report, line
 
 
+@pytest.mark.slow
+def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(smoke, tmp_path):
+    import shutil
+
+    source, stdout = smoke
+    shutil.copytree(source / "run", tmp_path / "run")  # the other tests read the smoke run as it is
+    files = {split: str(source / f"{split}.tsv") for split in ("train", "dev", "test")}
+    flags = [flag for flag in small_run_flags(source, files)
+             if not flag.startswith(("--work_dir=", "--export_dir="))]
+    flags += [f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}"]
+    # --train_steps counts all of a run's updates: the report's next line doubles it.
+    assert "--train_steps=8 --train_more   # 4 more updates (at most" in stdout
+    before = {name: os.path.getmtime(tmp_path / "run" / name) for name in os.listdir(tmp_path / "run")}
+    code, out, err = run(*flags, "--train_more")  # the run has made its 4: nothing to train
+    assert code == 2, out[-2000:] + err[-2000:]
+    assert "has made 4 updates" in err and "--train_steps=8 --train_more" in err
+    assert "=== [" not in out and not (tmp_path / "saved").exists()
+    assert {name: os.path.getmtime(tmp_path / "run" / name)
+            for name in os.listdir(tmp_path / "run")} == before
+    code, out, err = run(*flags, "--train_steps=8", "--train_more")
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert "=== [2/6] train" in out and "step 8/8" in out
+    with open(tmp_path / "run" / "report.json") as stream:
+        assert json.load(stream)["steps"] == 8
+
+
 def test_tensorboard_shows_dev_translations_as_text(smoke):
     import tensorflow as tf
 

@@ -27,7 +27,8 @@ then a short report (also in MODEL_DIR/report.json). A failing stage ends the pr
 message naming the stage and what to do, and the work done so far is kept: running the same
 command again resumes training from the last checkpoint (and trains --train_minutes more). Once
 a run has finished, the same command prints its report again without training; --train_more
-trains it --train_minutes further, --overwrite starts over.
+trains it --train_minutes further (up to --train_steps, which counts all of a run's updates: the
+report's "next" line raises it), --overwrite starts over.
 
 Every flag of ``python -m trainers.wmt`` works here too (``--preset``, ``--dropout_rate``,
 ``--dataset``, ...); only the defaults differ, see QUICKSTART_DEFAULTS. The paper's recipe is
@@ -42,7 +43,7 @@ import shutil
 import sys
 import time
 
-from absl import flags
+from absl import app, flags
 
 from . import (checks, console, data_flags, decoding_flags, model_flags, shipped,
                training_flags)
@@ -571,8 +572,7 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"{os.path.dirname(paths[0])}",
         f"TensorBoard tensorboard --logdir={model_dir}  (pip install -e '.[tensorboard]')",
         f"next        python -m trainers.translate --saved_model={paths[0]} --text=\"Good morning.\"",
-        f"            {this_command('--train_more')}   # {FLAGS.train_minutes:g} more minutes on "
-        "this run",
+        "            {}   # {} on this run".format(*train_more(summary["steps"])),
         "paper       python -m trainers.wmt --dataset=wmt14_en_de --preset=base   # the paper's "
         "base model and recipe, on GPUs",
         "=" * 78,
@@ -600,9 +600,35 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
 
 
 def this_command(*extra) -> str:
-    """The command line that ran this program (pasteable), with ``extra`` flags."""
-    given = [arg for arg in sys.argv[1:] if arg not in extra]
+    """The command line that ran this program (pasteable), with ``extra`` flags (``--name`` or
+    ``--name=value``) in place of those given."""
+    names = {flag.split("=")[0] for flag in extra}
+    given = [arg for arg in sys.argv[1:] if arg.split("=")[0] not in names]
     return " ".join(["python -m trainers.quickstart", *map(shlex.quote, given), *extra])
+
+
+def train_more(steps):
+    """(the command that trains this run of ``steps`` updates further, what it adds): with
+    --train_steps, which counts all of a run's updates (as trainers.wmt's), as many again."""
+    if not FLAGS.train_steps:
+        return this_command("--train_more"), f"{FLAGS.train_minutes:g} more minutes"
+    return (this_command(f"--train_steps={steps + FLAGS.train_steps}", "--train_more"),
+            f"{FLAGS.train_steps:,} more updates (at most {FLAGS.train_minutes:g} minutes)")
+
+
+def check_train_more():
+    """--train_more with a --train_steps that the run has already made would only evaluate and
+    export the same weights again: refused in one line, before anything runs."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(FLAGS.model_dir)  # ckpt-STEP (training.checkpoints)
+    steps = int(latest.rsplit("-", 1)[1]) if latest else 0
+    if FLAGS.train_steps and steps >= FLAGS.train_steps:
+        command, more = train_more(steps)
+        raise app.UsageError(
+            f"--train_more: the run in {FLAGS.model_dir} has made {steps:,} updates, and "
+            f"--train_steps={FLAGS.train_steps} counts all of a run's updates; for {more}: "
+            f"{command}")
 
 
 def _size(path) -> str:
@@ -653,10 +679,12 @@ def main(argv):
     strategy = training_flags.make_strategy()  # before TensorFlow runs anything; seeds too
     text = finished_report()
     if text is not None:
-        say(f"{FLAGS.model_dir} holds a finished run; its report (--train_more trains it "
-            f"{FLAGS.train_minutes:g} minutes more, --overwrite starts over):")
+        say(f"{FLAGS.model_dir} holds a finished run; its report (its \"next\" line trains it "
+            "further, --overwrite starts over):")
         say(text)
         return
+    if FLAGS.train_more:
+        check_train_more()
     say(recipe)
     config, counts = stage_data(config)
     summary = stage_train(config, training_config, strategy)
