@@ -683,7 +683,7 @@ def main(argv):
             "further, --overwrite starts over):")
         say(text)
         return
-    if FLAGS.train_more:
+    if FLAGS.train_more and not FLAGS.overwrite:  # --overwrite starts the run over
         check_train_more()
     say(recipe)
     config, counts = stage_data(config)
