@@ -278,6 +278,21 @@ DEV = re.compile(r"^\S+ \S+ step (?P<step>\d+) \| dev loss (?P<loss>[\d.]+) \| d
                  r"( \| dev BLEU (?P<bleu>[\d.]+))?( \| chrF2 (?P<chrf>[\d.]+))?$")
 
 
+def test_the_time_left_is_paced_by_the_updates_after_the_first_which_also_compiled():
+    from keras_transformer.training.trainer import remaining_seconds
+
+    # The first update took 10 s (building and compiling the step), each later one 1 s: 11 updates
+    # into a run of 100, 89 at 1 s are left, where the average over all 11 would say 162 s.
+    assert remaining_seconds(100, 11, 0, 20.0, 10.0, None) == pytest.approx(89.0)
+    assert remaining_seconds(100, 61, 50, 20.0, 10.0, None) == pytest.approx(39.0)  # resumed at 50
+    assert remaining_seconds(100, 1, 0, 10.0, 10.0, None) is None  # the first update alone: no pace yet
+    assert remaining_seconds(100, 1, 0, 10.0, 10.0, 50.0) == pytest.approx(40.0)
+    # The sooner of the step limit and the time budget; neither: unknown.
+    assert remaining_seconds(100, 11, 0, 20.0, 10.0, 50.0) == pytest.approx(30.0)
+    assert remaining_seconds(None, 11, 0, 20.0, 10.0, 50.0) == pytest.approx(30.0)
+    assert remaining_seconds(None, 11, 0, 20.0, 10.0, None) is None
+
+
 def test_a_progress_line_parses_into_its_fields():
     from keras_transformer.training import ProgressLine
 

@@ -431,6 +431,8 @@ class Trainer:
                 iterator, [float(mine[name]) for name in VOTES]).items()}
             step += 1
             self.step_counter.assign(step)
+            if step == start_step + 1:
+                run["first_update_seconds"] = time.monotonic() - started
             loss = float(stats["loss_sum"]) / max(float(stats["target_tokens"]), 1.0)
             if not math.isfinite(loss) and not skips_are_normal:
                 self._stop_non_finite(step, run, f"the training loss became {loss} at step {step}")
@@ -450,7 +452,9 @@ class Trainer:
                 last["learning_rate"] = self.learning_rate()
                 elapsed = time.monotonic() - started
                 last["elapsed_seconds"] = elapsed
-                last["remaining_seconds"] = self._remaining(step, start_step, elapsed, budget)
+                last["remaining_seconds"] = remaining_seconds(
+                    config.train_steps, step, start_step, elapsed, run["first_update_seconds"],
+                    budget)
                 for callback in callbacks:
                     callback.on_log(step, last)
                 run["last"] = last
@@ -519,14 +523,6 @@ class Trainer:
             return runs.write_json(os.path.join(self.config.model_dir, runs.SUMMARY_FILE), summary)
         return summary
 
-    def _remaining(self, step, start_step, elapsed, budget):
-        candidates = []
-        if self.config.train_steps is not None and step > start_step:
-            candidates.append((self.config.train_steps - step) * elapsed / (step - start_step))
-        if budget is not None:
-            candidates.append(max(budget - elapsed, 0.0))
-        return min(candidates) if candidates else None
-
     def _evaluate(self, dev_data, step, callbacks):
         # With an EMA, what is evaluated (and what a dev-BLEU callback keeps as the best) is the
         # average: the weights that would be exported.
@@ -593,3 +589,17 @@ class _Interval:
             "padding_fraction": 1.0 - real / max(positions, 1.0),
             "steps_in_interval": self.steps,
         }
+
+
+def remaining_seconds(train_steps, step, start_step, elapsed, first_update_seconds, budget):
+    """The seconds a run at ``step`` has left, ``elapsed`` seconds after it resumed at
+    ``start_step``: the sooner of ``train_steps`` (a total, or None) at the pace of the updates after
+    the first, which also built and compiled the step (so none yet after it alone), and of its time
+    ``budget`` (or None); None if neither is known."""
+    candidates = []
+    if train_steps is not None and step - start_step > 1:
+        pace = (elapsed - first_update_seconds) / (step - start_step - 1)
+        candidates.append((train_steps - step) * pace)
+    if budget is not None:
+        candidates.append(max(budget - elapsed, 0.0))
+    return min(candidates) if candidates else None
