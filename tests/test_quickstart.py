@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 
@@ -144,8 +145,6 @@ def test_a_second_run_after_success_trains_nothing_and_reprints_the_report(smoke
 
 @pytest.mark.slow
 def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(smoke, tmp_path):
-    import shutil
-
     source, stdout = smoke
     shutil.copytree(source / "run", tmp_path / "run")  # the other tests read the smoke run as it is
     files = {split: str(source / f"{split}.tsv") for split in ("train", "dev", "test")}
