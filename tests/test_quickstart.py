@@ -167,6 +167,16 @@ def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(
         assert json.load(stream)["steps"] == 8
 
 
+def test_a_command_it_shows_replaces_the_flags_given_in_either_form(monkeypatch):
+    from trainers import quickstart
+
+    monkeypatch.setattr(sys, "argv", ["quickstart.py", "--train_steps", "4", "--preset=tiny",
+                                      "--train_more", "--model_dir=runs/a b"])
+    assert quickstart.this_command("--train_steps=8", "--train_more") == (
+        "python -m trainers.quickstart --preset=tiny '--model_dir=runs/a b' --train_steps=8 "
+        "--train_more")
+
+
 def test_tensorboard_shows_dev_translations_as_text(smoke):
     import tensorflow as tf
 

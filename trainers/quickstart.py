@@ -601,9 +601,15 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
 
 def this_command(*extra) -> str:
     """The command line that ran this program (pasteable), with ``extra`` flags (``--name`` or
-    ``--name=value``) in place of those given."""
-    names = {flag.split("=")[0] for flag in extra}
-    given = [arg for arg in sys.argv[1:] if arg.split("=")[0] not in names]
+    ``--name=value``) in place of those given (``--name=value`` or ``--name value``)."""
+    valued = {flag.split("=")[0]: "=" in flag for flag in extra}
+    given, args = [], iter(sys.argv[1:])
+    for arg in args:
+        name = arg.split("=")[0]
+        if name not in valued:
+            given.append(arg)
+        elif valued[name] and "=" not in arg:
+            next(args, None)  # its value, the next argument
     return " ".join(["python -m trainers.quickstart", *map(shlex.quote, given), *extra])
 
 
