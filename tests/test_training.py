@@ -21,7 +21,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.training import (Callback, NonFiniteError, TensorBoard, Trainer,
-                                        TrainingConfig, TrainStep, checkpoint_paths)
+                                        TrainingConfig, TrainStep, checkpoint_paths,
+                                        checkpoint_step)
 from keras_transformer.weights import restore_model
 from toy import toy_batch, toy_dataset_fn, write_word_for_word_corpus
 
@@ -426,6 +427,7 @@ def test_a_non_finite_update_never_reaches_a_checkpoint(tmp_path):
         trainer.fit(fixed_batch_fn, callbacks=[losses])
     assert not trainer.weights_are_finite()  # the update did poison the weights in memory
     assert [os.path.basename(p) for p in checkpoint_paths(str(tmp_path))] == ["ckpt-20", "ckpt-40"]
+    assert [checkpoint_step(p) for p in checkpoint_paths(str(tmp_path))] == [20, 40]  # as stored
     assert os.path.basename(tf.train.latest_checkpoint(str(tmp_path))) == "ckpt-40"
     assert all_finite(str(tmp_path / "ckpt-40"))
     assert not (tmp_path / "averaged").exists()

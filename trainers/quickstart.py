@@ -627,8 +627,10 @@ def check_train_more():
     export the same weights again: refused in one line, before anything runs."""
     import tensorflow as tf
 
-    latest = tf.train.latest_checkpoint(FLAGS.model_dir)  # ckpt-STEP (training.checkpoints)
-    steps = int(latest.rsplit("-", 1)[1]) if latest else 0
+    from keras_transformer.training import checkpoint_step
+
+    latest = tf.train.latest_checkpoint(FLAGS.model_dir)
+    steps = checkpoint_step(latest) if latest else 0
     if FLAGS.train_steps and steps >= FLAGS.train_steps:
         command, more = train_more(steps)
         raise app.UsageError(

@@ -9,7 +9,7 @@ _MODULES = {
     "early_stopping": ("EarlyStopping",),
     "ema": ("moving_average_weights", "moving_averages"),
     "checkpoints": ("Checkpointer", "average_checkpoints", "average_run", "checkpoint_paths",
-                    "last_checkpoints", "write_averaged_checkpoint"),
+                    "checkpoint_step", "last_checkpoints", "write_averaged_checkpoint"),
     "loss": ("LabelSmoothedCrossEntropy", "label_smoothed_cross_entropy", "loss_accuracy_and_nll",
              "loss_and_accuracy", "projected_loss_and_accuracy", "token_accuracy_counts"),
     "schedule": ("TransformerSchedule", "paper_optimizer"),

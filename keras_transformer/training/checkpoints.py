@@ -101,6 +101,12 @@ def checkpoint_paths(directory: str) -> list:
     return list(state.all_model_checkpoint_paths)
 
 
+def checkpoint_step(path: str) -> int:
+    """The update count a training checkpoint ``path`` (a prefix) was saved at: the step it
+    stores (``Trainer``'s counter), whatever the file is called."""
+    return int(tf.train.load_variable(path, "step/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
 def non_finite_variables(variables) -> list:
     """Names of the floating-point ``variables`` holding a NaN or an infinity."""
     return [v.path if hasattr(v, "path") else v.name for v in variables
