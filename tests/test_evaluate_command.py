@@ -179,7 +179,21 @@ def trained_on_files(tmp_path_factory):
         "--dev_every_steps=0", "--dev_bleu_sentences=0", "--average_last=1",
         "--model_dir=runs/files", "--export_dir=saved_models", cwd=base, module="trainers.wmt")
     assert code == 0, stderr[-3000:]
+    (base / "wmt.out").write_text(stdout, encoding="utf-8")
     return base
+
+
+@pytest.mark.slow
+def test_wmt_ends_with_the_summarys_figures_and_no_dev_loss_without_dev_data(trained_on_files):
+    base = trained_on_files
+    with open(base / "runs" / "files" / "summary.json") as stream:
+        summary = json.load(stream)
+    assert summary["final_dev_loss"] is None and summary["final_train_loss"] > 0
+    last = (base / "wmt.out").read_text(encoding="utf-8").strip().splitlines()
+    ending = next(line for line in reversed(last) if line.startswith("wmt: train_steps after"))
+    assert ending == (f"wmt: train_steps after 200 steps; {summary['tokens_per_second']:,.0f} "
+                      f"tokens/s; final train loss {summary['final_train_loss']:.4f}; summary in "
+                      f"{os.path.join('runs/files', 'summary.json')}")
 
 
 def scored(stdout, base, output):

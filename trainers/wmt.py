@@ -95,9 +95,11 @@ def main(argv):
         console.error_exit(error)
     except WorkerLostError as error:
         console.error_exit(error, status=error.exit_status)
+    losses = "; ".join(f"{name} {summary[key]:.4f}" for name, key in (
+        ("final train loss", "final_train_loss"), ("dev loss", "final_dev_loss"))
+        if summary[key] is not None)
     print(f"wmt: {summary['stop_reason']} after {summary['steps']} steps; "
-          f"{summary['tokens_per_second']:,.0f} tokens/s; final train loss "
-          f"{summary['final_train_loss']}; dev loss {summary['final_dev_loss']}; "
+          f"{summary['tokens_per_second']:,.0f} tokens/s; {losses + '; ' if losses else ''}"
           f"summary in {os.path.join(model_dir, runs.SUMMARY_FILE)}", flush=True)
     signals.check()  # stopped by a signal: no new stage
     if FLAGS.export_dir and is_chief(strategy):
