@@ -15,6 +15,7 @@ import sacrebleu
 import tensorflow as tf
 
 from keras_transformer import evaluation
+from terminal import TerminalStderr
 from test_evaluation import reference_bleu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -129,8 +130,33 @@ def test_evaluate_command_on_an_exported_copy_model(exported_copy_model):
     assert float(tokenized.group(1)) == pytest.approx(EXPECTED_TOKENIZED, abs=0.005)
     assert float(chrf.group(1)) == pytest.approx(EXPECTED_CHRF, abs=0.005)
     assert output.read_text(encoding="utf-8").splitlines() == SOURCES
-    done = f"{len(FIXTURE)}/{len(FIXTURE)}"  # the progress bar, finished, on stderr: stdout is the scores'
-    assert done in stderr and done not in stdout, (stdout, stderr)
+    # stderr a log: no progress bar (its redrawing would be escape codes on one line)
+    done = f"{len(FIXTURE)}/{len(FIXTURE)}"
+    assert done not in stderr and "\x1b[" not in stderr and done not in stdout, (stdout, stderr)
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_beside_the_scores(exported_copy_model):
+    """stderr a terminal (a pseudo-terminal's far end), stdout a pipe: the bar, finished, on the
+    terminal; the scores alone on stdout."""
+    base, test_file = exported_copy_model
+    terminal = TerminalStderr()
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainers.evaluate", f"--saved_model={base / 'copy'}",
+         "--dataset=files", f"--test_data={test_file}", "--batch_size=2"],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=terminal.far_end)
+    terminal.start()
+    try:
+        stdout = process.communicate(timeout=300)[0].decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+    shown = terminal.text()
+    assert process.returncode == 0
+    done = f"{len(FIXTURE)}/{len(FIXTURE)}"
+    assert done in shown and done not in stdout
+    assert re.search(r"^sacreBLEU = ", stdout, re.M), stdout
 
 
 def test_evaluate_floors_beside_the_model(exported_copy_model):

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import keras
@@ -24,6 +23,7 @@ import keras_transformer as kt
 from keras_transformer.inference import DecodingConfig, Translator
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.training import Trainer, TrainingConfig
+from terminal import TerminalStderr
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ["The cat sits on the mat.", "A dog runs.", "Where is the train station?"]
@@ -341,22 +341,11 @@ def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(s
     """--n_best=3 on a pipe kept open: the first lines' lists are printed before more input comes,
     and every list is the search's own (texts, scores, order) for the same checkpoint."""
     # stderr a terminal (a pseudo-terminal's far end) and stdout a pipe: the progress counter.
-    terminal, far_end = os.openpty()
+    terminal = TerminalStderr()
     process = translate_process(f"--model_dir={setup['model_dir']}", "--n_best=3", "--beam_size=3",
                                 "--extra_length=6", "--batch_size=1", stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=far_end)
-    os.close(far_end)
-    shown = []
-
-    def drain():  # a terminal's buffer is small: read it as it comes
-        try:
-            while chunk := os.read(terminal, 1 << 16):
-                shown.append(chunk)
-        except OSError:  # EIO: the program has ended
-            pass
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
+                                stdout=subprocess.PIPE, stderr=terminal.far_end)
+    terminal.start()
     try:
         first, rest = LINES[:3], LINES[3:]
         process.stdin.write(b"\n".join(first) + b"\n")
@@ -371,11 +360,9 @@ def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(s
     finally:
         if process.poll() is None:
             process.kill()
-    reader.join(timeout=10)
-    os.close(terminal)
+    stderr = terminal.text()
     assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], beam_size=3,
                                                          extra_length=6), 3)
-    stderr = b"".join(shown).decode("utf-8", "replace")
     # Which checkpoint (the run has no averaged or best one) and the search settings.
     assert (f"translate: {os.path.join(setup['model_dir'], 'ckpt-1')} (latest; the default: averaged, "
             "else ema, else best, else latest), beam 3, alpha 0.6, extra length 6") in stderr

@@ -10,7 +10,10 @@ import sys
 
 def stderr_progress(total: int):
     """A ``progress(n)`` callback drawing a Keras progress bar of ``total`` sentences on stderr,
-    so that stdout can carry the results (translations, scores) alone."""
+    so that stdout can carry the results (translations, scores) alone; None when stderr is not a
+    terminal: in a log, the bar's redrawing is escape codes and carriage returns on one line."""
+    if not sys.stderr.isatty():
+        return None
     import keras
 
     bar = keras.utils.Progbar(total, unit_name="sentence")
