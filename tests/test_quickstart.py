@@ -7,6 +7,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,10 +42,10 @@ def corpus(tmp_path):
     return paths
 
 
-def run(*args, module="trainers.quickstart", code=None):
+def run(*args, module="trainers.quickstart", code=None, cwd=ROOT):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     command = [sys.executable, "-c", code] if code else [sys.executable, "-m", module, *args]
-    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     return result.returncode, result.stdout, result.stderr
 
 
@@ -160,11 +161,24 @@ def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(
     assert "=== [" not in out and not (tmp_path / "saved").exists()
     assert {name: os.path.getmtime(tmp_path / "run" / name)
             for name in os.listdir(tmp_path / "run")} == before
-    code, out, err = run(*flags, "--train_steps=8", "--train_more")
+    # The command it names, run as it says, outside the clone: there the programs are the installed
+    # keras_transformer_trainers (setup.cfg), and the commands the report shows must name them.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    installed = "keras_transformer_trainers.quickstart"
+    code, out, err = run(*flags, "--train_more", module=installed, cwd=outside)
+    assert code == 2, out[-2000:] + err[-2000:]
+    command = re.search(rf"python -m {installed} (.*--train_steps=8 --train_more)$", err, re.M)
+    assert command, err[-2000:]
+    code, out, err = run(*shlex.split(command.group(1)), module=installed, cwd=outside)
     assert code == 0, out[-3000:] + err[-3000:]
     assert "=== [2/6] train" in out and "step 8/8" in out
     with open(tmp_path / "run" / "report.json") as stream:
         assert json.load(stream)["steps"] == 8
+    translate = re.search(r"^next +python -m (keras_transformer_trainers\.translate) (.*)$", out, re.M)
+    assert translate, out[-3000:]
+    code, out, err = run(*shlex.split(translate.group(2)), module=translate.group(1), cwd=outside)
+    assert code == 0 and len(out.splitlines()) == 1, out[-2000:] + err[-2000:]
 
 
 def test_a_command_it_shows_replaces_the_flags_given_in_either_form(monkeypatch):

@@ -80,6 +80,13 @@ def program_name() -> str:
     return sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py")
 
 
+def program_command(name: str) -> str:
+    """``python -m trainers.NAME`` under the name these programs were imported as: installed (a
+    wheel, Colab, outside the clone) they are ``keras_transformer_trainers``, and there is no
+    ``trainers`` to run (setup.cfg)."""
+    return f"python -m {__package__}.{name}"
+
+
 def help_command() -> str:
     """The command that shows this program's own flags, e.g. ``python -m trainers.wmt --help``."""
     module = _main_module_name()

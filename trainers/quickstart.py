@@ -117,16 +117,17 @@ REMEDIES = {
             "--dataset=files with --train_data/--dev_data/--test_data.",
     "train": "fix what the message names and run the same command again (training resumes "
              "from the last checkpoint in --model_dir).",
-    "average": "run `python -m trainers.average_checkpoints --model_dir=MODEL_DIR --last=N` by hand, "
-               "or pass --average_last=0 to evaluate the last checkpoint.",
+    "average": f"run `{console.program_command('average_checkpoints')} --model_dir=MODEL_DIR "
+               "--last=N` by hand, or pass --average_last=0 to evaluate the last checkpoint.",
     "evaluate": "check the test data (see the data stage) and the checkpoints in --model_dir; "
-                "`python -m trainers.evaluate --model_dir=MODEL_DIR` repeats this stage alone.",
+                f"`{console.program_command('evaluate')} --model_dir=MODEL_DIR` repeats this stage "
+                "alone.",
     "export": "free disk space or pass a writable --export_dir; the trained model in --model_dir is "
-              "kept: `python -m trainers.export --model_dir=MODEL_DIR --checkpoint=averaged` repeats "
-              "this stage alone.",
+              f"kept: `{console.program_command('export')} --model_dir=MODEL_DIR "
+              "--checkpoint=averaged` repeats this stage alone.",
     "translate": "the export is written but does not load or run; "
-                 "`python -m trainers.translate --saved_model=EXPORT --text=...` shows the error "
-                 "in full.",
+                 f"`{console.program_command('translate')} --saved_model=EXPORT --text=...` shows "
+                 "the error in full.",
 }
 
 
@@ -333,7 +334,7 @@ def stage_data(config):
 def training_command(training_config):
     """The ``python -m trainers.wmt`` command line that trains the same run (shown, and kept in
     the report, so the training can be repeated or continued alone)."""
-    command = ["python", "-m", "trainers.wmt", f"--model_dir={FLAGS.model_dir}",
+    command = [*console.program_command("wmt").split(), f"--model_dir={FLAGS.model_dir}",
                # what this run keeps (only the checkpoints it averages, unless given)
                f"--keep_checkpoints={training_config.keep_checkpoints}"]
     for module in TRAINER_MODULES:
@@ -571,10 +572,11 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"            disk: {_size(model_dir)} in {model_dir}, {_size(os.path.dirname(paths[0]))} in "
         f"{os.path.dirname(paths[0])}",
         f"TensorBoard tensorboard --logdir={model_dir}  (pip install -e '.[tensorboard]')",
-        f"next        python -m trainers.translate --saved_model={paths[0]} --text=\"Good morning.\"",
+        f"next        {console.program_command('translate')} --saved_model={paths[0]} "
+        "--text=\"Good morning.\"",
         "            {}   # {} on this run".format(*train_more(summary["steps"])),
-        "paper       python -m trainers.wmt --dataset=wmt14_en_de --preset=base   # the paper's "
-        "base model and recipe, on GPUs",
+        f"paper       {console.program_command('wmt')} --dataset=wmt14_en_de --preset=base   "
+        "# the paper's base model and recipe, on GPUs",
         "=" * 78,
     ]
     text = "\n".join(lines)
@@ -610,7 +612,7 @@ def this_command(*extra) -> str:
             given.append(arg)
         elif valued[name] and "=" not in arg:
             next(args, None)  # its value, the next argument
-    return " ".join(["python -m trainers.quickstart", *map(shlex.quote, given), *extra])
+    return " ".join([console.program_command("quickstart"), *map(shlex.quote, given), *extra])
 
 
 def train_more(steps):

@@ -109,7 +109,7 @@ def choose_default_model():
     if FLAGS.saved_model is None:
         raise app.UsageError("no --model_dir or --saved_model given, no trained main-job run in "
                              f"{main_job} and no shipped model in this copy of the project: "
-                             "name a model (python -m trainers.translate --help).")
+                             f"name a model ({console.help_command()}).")
 
 
 def check_flags():

@@ -48,8 +48,8 @@ def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
 
 
 # The paper's setup (base, 100k steps) needs the paper's data; the offline corpora are small.
-OFFLINE_HINT = ("for a first model on a CPU in 20 minutes, python -m trainers.quickstart (or its "
-                "recipe here: see docs/training.md)")
+OFFLINE_HINT = ("for a first model on a CPU in 20 minutes, "
+                f"{console.program_command('quickstart')} (or its recipe here: see docs/training.md)")
 
 
 def require_dataset():
@@ -107,7 +107,8 @@ def main(argv):
             paths = export_hook(model_dir, bool(summary["averaged_checkpoint"]), FLAGS.export_dir)
         except ValueError as error:
             console.error_exit(f"export failed (the checkpoints in {model_dir} are fine; retry "
-                               f"with python -m trainers.export --model_dir={model_dir}): {error}")
+                               f"with {console.program_command('export')} --model_dir={model_dir}): "
+                               f"{error}")
         print(f"wmt: exported to {', '.join(paths)}", flush=True)
 
 
