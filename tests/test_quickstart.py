@@ -191,6 +191,13 @@ def test_a_command_it_shows_replaces_the_flags_given_in_either_form(monkeypatch)
         "--train_more")
 
 
+def test_a_budget_it_shows_is_in_minutes_or_one_minute():
+    from trainers import quickstart
+
+    assert [quickstart.minutes(1), quickstart.minutes(1.5, "more "), quickstart.minutes(20)] == [
+        "1 minute", "1.5 more minutes", "20 minutes"]
+
+
 def test_tensorboard_shows_dev_translations_as_text(smoke):
     import tensorflow as tf
 

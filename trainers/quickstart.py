@@ -349,7 +349,7 @@ def training_command(training_config):
 
 
 def stage_train(data_config, training_config, strategy):
-    header("train", f"preset {FLAGS.preset}, {FLAGS.train_minutes:g} minutes"
+    header("train", f"preset {FLAGS.preset}, {minutes(FLAGS.train_minutes)}"
            + (f" or {FLAGS.train_steps} steps" if FLAGS.train_steps else ""))
     from keras_transformer import runs, signals
     from keras_transformer.training import NonFiniteError
@@ -615,13 +615,18 @@ def this_command(*extra) -> str:
     return " ".join([console.program_command("quickstart"), *map(shlex.quote, given), *extra])
 
 
+def minutes(count, more=""):
+    """``1 minute``, ``1.5 more minutes``."""
+    return f"{count:g} {more}minute{'' if count == 1 else 's'}"
+
+
 def train_more(steps):
     """(the command that trains this run of ``steps`` updates further, what it adds): with
     --train_steps, which counts all of a run's updates (as trainers.wmt's), as many again."""
     if not FLAGS.train_steps:
-        return this_command("--train_more"), f"{FLAGS.train_minutes:g} more minutes"
+        return this_command("--train_more"), minutes(FLAGS.train_minutes, "more ")
     return (this_command(f"--train_steps={steps + FLAGS.train_steps}", "--train_more"),
-            f"{FLAGS.train_steps:,} more updates (at most {FLAGS.train_minutes:g} minutes)")
+            f"{FLAGS.train_steps:,} more updates (at most {minutes(FLAGS.train_minutes)})")
 
 
 def check_train_more():
