@@ -5,6 +5,7 @@ Things that need a fresh TensorFlow or several processes run tests/training_subp
 """
 
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -22,7 +23,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.training import (Callback, NonFiniteError, TensorBoard, Trainer,
                                         TrainingConfig, TrainStep, checkpoint_paths,
-                                        checkpoint_step)
+                                        checkpoint_step, tensorboard_command)
 from keras_transformer.weights import restore_model
 from toy import toy_batch, toy_dataset_fn, write_word_for_word_corpus
 
@@ -250,6 +251,21 @@ def test_tiny_preset_learns_to_reverse_sequences(tmp_path):
         for event in tf.compat.v1.train.summary_iterator(str(tmp_path / "dev" / name)):
             dev_tags.update(value.tag for value in event.summary.value)
     assert {"loss", "nll", "perplexity", "accuracy"} <= dev_tags
+
+
+def test_the_tensorboard_line_says_how_to_install_it_only_where_it_is_missing(monkeypatch):
+    """The install hint is the package's own name, right from a wheel or in Colab (the clone's
+    ``pip install -e '.[tensorboard]'`` is not), and absent where TensorBoard is installed."""
+    import importlib.util
+    find_spec = importlib.util.find_spec
+    for installed in (False, True):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: (
+            (find_spec("json") if installed else None) if name == "tensorboard"
+            else find_spec(name, *rest)))
+        line = tensorboard_command("runs/quickstart")
+        assert line.startswith("tensorboard --logdir=runs/quickstart")
+        assert ("(not installed here: pip install tensorboard)" in line) != installed, line
+        assert "-e" not in line
 
 
 @pytest.mark.parametrize("jit_compile,precision", [

@@ -571,7 +571,7 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"{os.path.join(model_dir, runs.TRAIN_LOG)} (the training log)",
         f"            disk: {_size(model_dir)} in {model_dir}, {_size(os.path.dirname(paths[0]))} in "
         f"{os.path.dirname(paths[0])}",
-        f"TensorBoard tensorboard --logdir={model_dir}  (pip install -e '.[tensorboard]')",
+        f"TensorBoard {training.tensorboard_command(model_dir)}",
         f"next        {console.program_command('translate')} --saved_model={paths[0]} "
         "--text=\"Good morning.\"",
         "            {}   # {} on this run".format(*train_more(summary["steps"])),

@@ -5,7 +5,7 @@ import importlib
 # Imported on first use (PEP 562), as in keras_transformer/__init__.py: a program that only parses
 # its flags (their choices come from strategy.py's lists) does not start TensorFlow.
 _MODULES = {
-    "callbacks": ("Callback", "ProgressLine", "TensorBoard"),
+    "callbacks": ("Callback", "ProgressLine", "TensorBoard", "tensorboard_command"),
     "early_stopping": ("EarlyStopping",),
     "ema": ("moving_average_weights", "moving_averages"),
     "checkpoints": ("Checkpointer", "average_checkpoints", "average_run", "checkpoint_paths",

@@ -14,6 +14,7 @@ with the dev loss. The library writes nothing itself: ``ProgressLine`` hands its
 """
 
 import datetime
+import importlib.util
 import math
 from typing import Callable, Optional
 
@@ -126,6 +127,16 @@ class ProgressLine(Callback):
             stopper = EarlyStopping(state["patience"], state["metric"], state["min_delta"], state)
             reason = f"{reason}: {stopper.describe()}"
         self.write(timestamped(f"step {summary['steps']}: training stopped ({reason})"))
+
+
+def tensorboard_command(logdir: str) -> str:
+    """The command that shows ``logdir``'s records, and how to install TensorBoard where it is
+    missing: TensorFlow no longer brings it along, and ``pip install tensorboard`` is right in a
+    clone, from a wheel and in Colab alike."""
+    command = f"tensorboard --logdir={logdir}"
+    if importlib.util.find_spec("tensorboard") is None:
+        command += " (not installed here: pip install tensorboard)"
+    return command
 
 
 class TensorBoard(Callback):

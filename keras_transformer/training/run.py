@@ -19,7 +19,7 @@ from absl import logging
 from keras_transformer import data, runs, writing
 from keras_transformer.config import TransformerConfig
 from keras_transformer.training.callbacks import (Callback, ProgressLine, TensorBoard,
-                                                  timestamped)
+                                                  tensorboard_command, timestamped)
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.training import init_from
 from keras_transformer.training.strategy import describe, is_chief, precision_note
@@ -98,8 +98,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
            f"its vocabulary, {100 * init_info['unknown_piece_rate']:.2f}% unknown pieces in the "
            "training text)" if trainer.init_source is not None else "")))
     if chief:
-        log(timestamped(f"TensorBoard: tensorboard --logdir={model_dir} "
-                        "(pip install -e '.[tensorboard]' in the project folder)"))
+        log(timestamped(f"TensorBoard: {tensorboard_command(model_dir)}"))
     return trainer.fit(train_fn, dev_fn, callbacks)
 
 
