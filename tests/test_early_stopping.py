@@ -113,10 +113,17 @@ def test_the_trainer_stops_early_says_why_and_resumes_the_count(tmp_path):
                               "improve by more than 0 for 3 evaluation(s) (patience 3); best 2 "
                               "at step 4)"), lines[-1]
 
-    # The same command again: it had stopped, so it stops before training on.
-    again = Trainer(TINY, early_config(tmp_path)).fit(batches, dev_batches,
-                                                      callbacks=[ScriptedDevLoss([2.9] * 5)])
-    assert again["stop_reason"] == "early_stopping" and again["steps_this_run"] == 0
+    # The same command again: it had stopped, so it trains and evaluates nothing, and says so.
+    recorded = (tmp_path / "summary.json").read_bytes()
+    unused, lines = ScriptedDevLoss([2.9] * 5), []
+    again = Trainer(TINY, early_config(tmp_path)).fit(
+        batches, dev_batches, callbacks=[unused, ProgressLine(lines.append, 40)])
+    assert again == dict(summary, ended_before=True) and unused.steps == []
+    assert (tmp_path / "summary.json").read_bytes() == recorded
+    assert len(lines) == 1 and lines[0].endswith(
+        "step 10: nothing to train, this run had already stopped here (early_stopping: dev loss "
+        "did not improve by more than 0 for 3 evaluation(s) (patience 3); best 2 at step 4); its "
+        "checkpoints and summary are as they were"), lines
 
     # More patience: the count goes on from 3 (not from 0), so one more bad evaluation stops it.
     more = ScriptedDevLoss([2.9] * 5)

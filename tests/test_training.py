@@ -21,8 +21,8 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.training import (Callback, NonFiniteError, TensorBoard, Trainer,
-                                        TrainingConfig, TrainStep, checkpoint_paths,
+from keras_transformer.training import (Callback, NonFiniteError, ProgressLine, TensorBoard,
+                                        Trainer, TrainingConfig, TrainStep, checkpoint_paths,
                                         checkpoint_step, tensorboard_command)
 from keras_transformer.weights import restore_model
 from toy import toy_batch, toy_dataset_fn, write_word_for_word_corpus
@@ -311,8 +311,6 @@ def test_the_time_left_is_paced_by_the_updates_after_the_first_which_also_compil
 
 
 def test_a_progress_line_parses_into_its_fields():
-    from keras_transformer.training import ProgressLine
-
     lines = []
     progress = ProgressLine(lines.append, total_steps=100)
     progress.on_begin(0)
@@ -421,6 +419,36 @@ def test_sigterm_saves_and_resume_continues(tmp_path):
         np.testing.assert_array_equal(a, b.numpy())
     resumed = second.fit(fixed_batch_fn)
     assert resumed["start_step"] == 4 and resumed["steps"] == 6
+
+
+def test_a_run_that_had_ended_is_left_as_it_was_and_one_a_signal_ended_is_finished(tmp_path):
+    """Run again, a finished run trains nothing and keeps its record: its summary was the one
+    with the training's figures (loss, tokens/s, wall time), not an empty run's. A run a signal
+    stopped at its last step had skipped its last stages; run again, it does them."""
+    summary = Trainer(TINY, config(tmp_path / "ended", average_last=2)).fit(fixed_batch_fn)
+    files = {path: path.read_bytes() for path in (tmp_path / "ended").rglob("*") if path.is_file()}
+    recorder, lines = Recorder(), []
+    again = Trainer(TINY, config(tmp_path / "ended", average_last=2, train_steps=5)).fit(
+        fixed_batch_fn, callbacks=[recorder, ProgressLine(lines.append)])
+    assert again == dict(summary, ended_before=True) and again["final_train_loss"] > 0
+    assert recorder.steps == [] and len(lines) == 1 and lines[0].endswith(
+        "step 6: nothing to train, this run had already stopped here (train_steps); its "
+        "checkpoints and summary are as they were"), lines
+    assert {path: path.read_bytes() for path in (tmp_path / "ended").rglob("*")
+            if path.is_file()} == files  # config.json too: it does not record train_steps=5
+
+    def preempt(step):
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    stopped = Trainer(TINY, config(tmp_path / "signal", average_last=2)).fit(
+        fixed_batch_fn, callbacks=[Recorder(preempt)])
+    assert (stopped["steps"], stopped["stop_reason"], stopped["averaged_checkpoint"]) == (
+        6, "sigterm", None)
+    finished = Trainer(TINY, config(tmp_path / "signal", average_last=2)).fit(fixed_batch_fn)
+    assert "ended_before" not in finished and finished["steps_this_run"] == 0
+    assert (finished["stop_reason"], os.path.basename(finished["averaged_checkpoint"] or "")) == (
+        "train_steps", "ckpt")
 
 
 def all_finite(checkpoint_prefix):

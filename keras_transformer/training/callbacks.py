@@ -60,7 +60,8 @@ class Callback:
         pass
 
     def on_end(self, summary: dict) -> None:
-        pass
+        """The run's summary; alone (no ``on_begin``) when ``summary["ended_before"]``: the run
+        had already ended in this folder and nothing was trained."""
 
 
 def _duration(seconds: Optional[float]) -> str:
@@ -126,7 +127,12 @@ class ProgressLine(Callback):
             state = summary["early_stopping"]
             stopper = EarlyStopping(state["patience"], state["metric"], state["min_delta"], state)
             reason = f"{reason}: {stopper.describe()}"
-        self.write(timestamped(f"step {summary['steps']}: training stopped ({reason})"))
+        if summary.get("ended_before"):
+            self.write(timestamped(
+                f"step {summary['steps']}: nothing to train, this run had already stopped here "
+                f"({reason}); its checkpoints and summary are as they were"))
+        else:
+            self.write(timestamped(f"step {summary['steps']}: training stopped ({reason})"))
 
 
 def tensorboard_command(logdir: str) -> str:

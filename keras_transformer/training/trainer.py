@@ -215,7 +215,15 @@ class Trainer:
         """Restores the latest checkpoint of ``model_dir`` if there is one; returns its path."""
         return self.checkpointer.restore_latest()
 
-    def _write_run_config(self):
+    def _write_run_config(self, run_config: Optional[dict] = None):
+        if self.chief:
+            tf.io.gfile.makedirs(self.config.model_dir)
+            runs.write_json(os.path.join(self.config.model_dir, runs.CONFIG_FILE),
+                            run_config or self._checked_run_config())
+
+    def _checked_run_config(self) -> dict:
+        """What ``config.json`` will record of this run, after checking that the checkpoints in
+        ``model_dir`` (if any) are of this model and can be resumed by it."""
         path = os.path.join(self.config.model_dir, runs.CONFIG_FILE)
         info = dict(self.run_info)
         if self.init_source is not None:
@@ -244,12 +252,8 @@ class Trainer:
                 raise ValueError(
                     f"{self.config.model_dir} holds checkpoints of another model (differs in "
                     f"{', '.join(changed)}); use another model_dir or the same model settings.")
-        if not self.chief:
-            return
-        tf.io.gfile.makedirs(self.config.model_dir)
-        runs.write_json(os.path.join(self.config.model_dir, runs.CONFIG_FILE),
-                           {"model": self.model_config.to_dict(),
-                            "training": dataclasses.asdict(self.config), **info})
+        return {"model": self.model_config.to_dict(), "training": dataclasses.asdict(self.config),
+                **info}
 
     def weights_are_finite(self) -> bool:
         """Whether every floating-point variable a checkpoint would hold (the model's and the
@@ -276,12 +280,14 @@ class Trainer:
         "sigterm"/"sigint". On a multi-worker job every worker stops at the same step for the
         same reason: a signal to any worker (each then behaves as if it had received it), or any
         worker's clock. Raises ``NonFiniteError`` if the loss or the weights become NaN/Inf:
-        nothing after the last finite checkpoint is saved, and it stays the latest.
+        nothing after the last finite checkpoint is saved, and it stays the latest. A run that
+        had already ended in ``model_dir`` (its train_steps, or early stopping) trains nothing:
+        the recorded summary comes back with ``ended_before`` set, and no file changes.
         """
         config = self.config
         for callback in callbacks:
             callback.trainer = self
-        self._write_run_config()
+        run_config = self._checked_run_config()
         if self.chief:  # what a killed run left half-written
             writing.remove_leftovers(config.model_dir, checkpoints=True)
             for folder in (runs.AVERAGED, runs.EMA, runs.BEST):
@@ -293,6 +299,12 @@ class Trainer:
             with self._peers_watched():
                 self._check_workers_agree(restored)
         self.early_stopping = self._early_stopping(restored, dev_dataset_fn)
+        ended = self._ended_before(restored)
+        if ended is not None:
+            for callback in callbacks:
+                callback.on_end(ended)
+            return ended
+        self._write_run_config(run_config)
         start_step = self.step
         skip_steps = start_step if config.resume_data == "skip" else 0
 
@@ -348,17 +360,38 @@ class Trainer:
         if dev_dataset_fn is None:
             raise ValueError(f"early_stopping_patience={config.early_stopping_patience} needs a "
                              "dev set to evaluate on; there is none.")
-        state = None
-        if restored:  # the count goes on where this folder's last run left it
-            path = os.path.join(config.model_dir, runs.SUMMARY_FILE)
-            if tf.io.gfile.exists(path):
-                try:
-                    with tf.io.gfile.GFile(path) as stream:
-                        state = json.load(stream).get("early_stopping")
-                except ValueError:
-                    state = None  # unreadable: counting starts again
+        # The count goes on where this folder's last run left it.
+        state = self._recorded_summary().get("early_stopping") if restored else None
         return EarlyStopping(config.early_stopping_patience, config.early_stopping_metric,
                              config.early_stopping_min_delta, state)
+
+    def _recorded_summary(self) -> dict:
+        """The summary this folder's last run wrote; {} if there is none or it is unreadable.
+        Every worker reads the chief's (the folder is shared), so all decide alike from it."""
+        path = os.path.join(self.config.model_dir, runs.SUMMARY_FILE)
+        try:
+            with tf.io.gfile.GFile(path) as stream:
+                recorded = json.load(stream)
+        except (tf.errors.NotFoundError, ValueError):
+            return {}
+        return recorded if isinstance(recorded, dict) else {}
+
+    def _ended_before(self, restored) -> Optional[dict]:
+        """The recorded summary, with ``ended_before`` set, when the restored run had already
+        ended here (its train_steps reached, or early stopping) and its last stages (dev
+        evaluation, averages) were done: run again, it trains nothing and keeps the record
+        rather than replacing the run's figures with those of an empty run. None otherwise; a
+        run a signal stopped at that step is finished now."""
+        config = self.config
+        reached = config.train_steps is not None and self.step >= config.train_steps
+        stopped = self.early_stopping is not None and self.early_stopping.should_stop
+        if not restored or not (reached or stopped):
+            return None
+        recorded = self._recorded_summary()
+        if (recorded.get("steps") != self.step
+                or recorded.get("stop_reason") not in ("train_steps", "early_stopping")):
+            return None
+        return dict(recorded, ended_before=True)
 
     def _stops_early(self, logs, step) -> bool:
         """Feeds one dev evaluation to the early stopping; whether training should stop."""
@@ -421,7 +454,7 @@ class Trainer:
                 stop_reason = "train_steps"
                 break
             if self.early_stopping is not None and self.early_stopping.should_stop:
-                stop_reason = "early_stopping"  # a resumed run that had already stopped early
+                stop_reason = "early_stopping"  # resumed, stopped early before its last stages
                 break
             out_of_time = budget is not None and time.monotonic() - started >= budget
             received = signals.received()
