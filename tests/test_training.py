@@ -256,7 +256,6 @@ def test_tiny_preset_learns_to_reverse_sequences(tmp_path):
 def test_the_tensorboard_line_says_how_to_install_it_only_where_it_is_missing(monkeypatch):
     """The install hint is the package's own name, right from a wheel or in Colab (the clone's
     ``pip install -e '.[tensorboard]'`` is not), and absent where TensorBoard is installed."""
-    import importlib.util
     find_spec = importlib.util.find_spec
     for installed in (False, True):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: (
@@ -429,7 +428,8 @@ def test_a_run_that_had_ended_is_left_as_it_was_and_one_a_signal_ended_is_finish
     files = {path: path.read_bytes() for path in (tmp_path / "ended").rglob("*") if path.is_file()}
     recorder, lines = Recorder(), []
     again = Trainer(TINY, config(tmp_path / "ended", average_last=2, train_steps=5)).fit(
-        fixed_batch_fn, callbacks=[recorder, ProgressLine(lines.append)])
+        fixed_batch_fn, callbacks=[recorder, ProgressLine(lines.append),
+                                   TensorBoard(str(tmp_path / "ended"))])
     assert again == dict(summary, ended_before=True) and again["final_train_loss"] > 0
     assert recorder.steps == [] and len(lines) == 1 and lines[0].endswith(
         "step 6: nothing to train, this run had already stopped here (train_steps); its "

@@ -538,6 +538,7 @@ def stage_translate(path, sources, references, hypotheses):
 def report(training_config, counts, summary, weights, averaged, result, floors, eval_seconds,
            paths, samples, wall):
     from keras_transformer import evaluation, runs
+    from keras_transformer.training import tensorboard_command
 
     split = FLAGS.eval_split
     lines = [
@@ -571,7 +572,7 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"{os.path.join(model_dir, runs.TRAIN_LOG)} (the training log)",
         f"            disk: {_size(model_dir)} in {model_dir}, {_size(os.path.dirname(paths[0]))} in "
         f"{os.path.dirname(paths[0])}",
-        f"TensorBoard {training.tensorboard_command(model_dir)}",
+        f"TensorBoard {tensorboard_command(model_dir)}",
         f"next        {console.program_command('translate')} --saved_model={paths[0]} "
         "--text=\"Good morning.\"",
         "            {}   # {} on this run".format(*train_more(summary["steps"])),

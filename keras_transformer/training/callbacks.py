@@ -153,27 +153,35 @@ class TensorBoard(Callback):
                      "target_tokens_per_second", "tokens_per_second", "padding_fraction")
 
     def __init__(self, logdir: str):
-        self._train = tf.summary.create_file_writer(f"{logdir}/train")
-        self._dev = tf.summary.create_file_writer(f"{logdir}/dev")
+        self.logdir = logdir
+        self._writers = {}
+
+    def _writer(self, name):
+        """Made at its first record: a run with nothing to train writes no (empty) event file."""
+        if name not in self._writers:
+            self._writers[name] = tf.summary.create_file_writer(f"{self.logdir}/{name}")
+        return self._writers[name]
 
     def on_log(self, step, logs):
-        with self._train.as_default(step=step):
+        writer = self._writer("train")
+        with writer.as_default(step=step):
             for name in self.TRAIN_SCALARS:
                 write_scalar(name, logs[name], step)
-        self._train.flush()
+        writer.flush()
 
     def on_dev(self, step, logs):
-        with self._dev.as_default(step=step):
+        writer = self._writer("dev")
+        with writer.as_default(step=step):
             for name, value in logs.items():
                 if isinstance(value, (int, float)) and name != "step":
                     write_scalar(name, value, step)
             if logs.get("samples"):
                 write_text("translations", _samples_markdown(logs["samples"]), step)
-        self._dev.flush()
+        writer.flush()
 
     def on_end(self, summary):
-        self._train.close()
-        self._dev.close()
+        for writer in self._writers.values():
+            writer.close()
 
 
 def _samples_markdown(samples) -> str:
