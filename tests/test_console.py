@@ -1,5 +1,6 @@
 """trainers/console.py: what every command shows besides its results."""
 
+import os
 import subprocess
 import sys
 
@@ -26,3 +27,27 @@ console.run(main)
     assert lines[-1].startswith("evaluate: error: the Python package 'sklearn' is missing")
     assert "bash trainers/setup.sh" in lines[-1]
 
+
+
+def test_a_library_message_names_the_programs_as_they_were_installed(tmp_path):
+    # The library names the programs as a clone runs them; installed (a wheel, Colab) they are
+    # keras_transformer_trainers, and the one error line must name a command that exists there.
+    code = """
+import sys
+sys.argv = ["score"]
+from {package} import console
+from keras_transformer.inference import parse_nbest_line
+
+def main(argv):
+    parse_nbest_line(b"no tabs")
+
+console.run(main)
+"""
+    for package in ("trainers", "keras_transformer_trainers"):
+        result = subprocess.run([sys.executable, "-c", code.format(package=package)],
+                                capture_output=True, text=True, timeout=120,
+                                cwd=os.getcwd() if package == "trainers" else tmp_path)
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+        assert result.stderr.strip().splitlines()[-1] == (
+            "score: error: 0 tab(s); an n-best line is INDEX<TAB>SCORE<TAB>TRANSLATION (as "
+            f"python -m {package}.translate --n_best writes it)"), result.stderr

@@ -103,9 +103,16 @@ def _remove_autograph_files():
                 os.remove(module.__file__)
 
 
+def installed_names(text: str) -> str:
+    """``text`` with the programs named as they run here: the library's messages name them as a
+    clone runs them (``python -m trainers.NAME``; the library cannot import the programs), which
+    installed are :func:`program_command`'s."""
+    return text.replace("python -m trainers.", program_command(""))
+
+
 def error_exit(message, status: int = 1):
     """Ends the program with one line ``PROGRAM: error: MESSAGE`` on stderr."""
-    text = " ".join(str(message).split("\n"))
+    text = installed_names(" ".join(str(message).split("\n")))
     print(f"{program_name()}: error: {text}", file=sys.stderr, flush=True)
     sys.exit(status)
 

@@ -281,7 +281,8 @@ def header(stage, detail):
 def fail(stage, message):
     number = STAGES.index(stage) + 1
     remedy = REMEDIES[stage].replace("MODEL_DIR", FLAGS.model_dir)
-    sys.exit(f"\nquickstart: stage {number}/{len(STAGES)} '{stage}' failed: {message}\n"
+    sys.exit(f"\nquickstart: stage {number}/{len(STAGES)} '{stage}' failed: "
+             f"{console.installed_names(str(message))}\n"
              f"What to do: {remedy}")
 
 
