@@ -181,6 +181,65 @@ def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(
     assert code == 0 and len(out.splitlines()) == 1, out[-2000:] + err[-2000:]
 
 
+@pytest.mark.slow
+def test_after_a_later_stage_failed_the_same_command_goes_on_without_training(smoke, tmp_path):
+    """A run whose export failed (no report written): the same command does not train again (on a
+    time budget it would have trained --train_minutes more), and goes on to a report."""
+    source, stdout = smoke
+    shutil.copytree(source / "run", tmp_path / "run")  # the other tests read the smoke run as it is
+    files = {split: str(source / f"{split}.tsv") for split in ("train", "dev", "test")}
+    flags = [flag for flag in small_run_flags(source, files)
+             if not flag.startswith(("--work_dir=", "--export_dir="))]
+    flags += [f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}"]
+    (tmp_path / "run" / "report.json").unlink()
+    # As a run on a time budget writes it (the smoke run is short, so it has a step budget).
+    summary_path = tmp_path / "run" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary_path.write_text(json.dumps(dict(summary, stop_reason="train_minutes")))
+    checkpoints = sorted(name for name in os.listdir(tmp_path / "run") if name.startswith("ckpt-"))
+    code, out, err = run(*flags)
+    assert code == 0, out[-3000:] + err[-3000:]
+    assert ("the training of this run had ended (train_minutes after 4 updates); going on with "
+            "its weights") in out and "step 5" not in out and "warm-up:" not in out
+    assert sorted(name for name in os.listdir(tmp_path / "run")
+                  if name.startswith("ckpt-")) == checkpoints
+    with open(tmp_path / "run" / "report.json") as stream:
+        record = json.load(stream)
+    assert record["steps"] == 4 and record["final_train_loss"] == summary["final_train_loss"]
+    assert (tmp_path / "saved" / "run" / "1" / "saved_model.pb").is_file()
+
+
+def test_only_a_training_that_had_ended_is_not_trained_again(tmp_path):
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer import runs
+    from trainers import quickstart
+
+    import tensorflow as tf
+
+    run_dir = tmp_path / "run"
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(run_dir), 2)
+    latest = manager.save(checkpoint_number=4)
+
+    def trained(reason, *argv, checkpoint=latest):
+        runs.write_json(str(run_dir / runs.SUMMARY_FILE),
+                        {"stop_reason": reason, "steps": 4, "latest_checkpoint": checkpoint})
+        with flagsaver.flagsaver():
+            flags.FLAGS(["quickstart", f"--model_dir={run_dir}", *argv])
+            return quickstart.trained_summary() is not None
+
+    assert trained("train_minutes") and trained("early_stopping") and trained("train_steps")
+    assert trained("train_steps", "--train_steps=4") and not trained("train_steps", "--train_steps=5")
+    assert not trained("sigterm") and not trained("sigint")  # interrupted: training resumes
+    assert not trained("train_minutes", "--train_more") and not trained("train_minutes", "--overwrite")
+    assert not trained("train_minutes", checkpoint=str(run_dir / "ckpt-3"))  # a newer checkpoint
+    (run_dir / runs.SUMMARY_FILE).write_text("{")
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", f"--model_dir={run_dir}"])
+        assert quickstart.trained_summary() is None
+
+
 def test_a_command_it_shows_replaces_the_flags_given_in_either_form(monkeypatch):
     from trainers import quickstart
 

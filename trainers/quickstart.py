@@ -25,7 +25,8 @@ Six stages, each announced as it starts:
 
 then a short report (also in MODEL_DIR/report.json). A failing stage ends the program with one
 message naming the stage and what to do, and the work done so far is kept: running the same
-command again resumes training from the last checkpoint (and trains --train_minutes more). Once
+command again goes on from there. A training that was interrupted resumes from its last checkpoint
+(and trains --train_minutes more); one that had ended is not trained again. Once
 a run has finished, the same command prints its report again without training; --train_more
 trains it --train_minutes further (up to --train_steps, which counts all of a run's updates: the
 report's "next" line raises it), --overwrite starts over.
@@ -349,9 +350,41 @@ def training_command(training_config):
     return command
 
 
+def trained_summary():
+    """The summary of this run's training when the train stage had ended (a later stage then
+    failed or was stopped): the same command goes on from the stage after it rather than training
+    --train_minutes more. None: the run is new, --train_more / --overwrite ask for training, the
+    training was interrupted (a signal, a crash: its checkpoint is newer than the summary), or
+    --train_steps asks for more updates than it made."""
+    import tensorflow as tf
+
+    from keras_transformer import runs
+
+    if FLAGS.train_more or FLAGS.overwrite:
+        return None
+    try:
+        with open(os.path.join(FLAGS.model_dir, runs.SUMMARY_FILE), encoding="utf-8") as stream:
+            summary = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    latest = tf.train.latest_checkpoint(FLAGS.model_dir)
+    if (not isinstance(summary, dict) or not latest
+            or summary.get("stop_reason") not in ("train_minutes", "train_steps", "early_stopping")
+            or os.path.basename(summary.get("latest_checkpoint") or "") != os.path.basename(latest)
+            or (FLAGS.train_steps and summary.get("steps", 0) < FLAGS.train_steps)):
+        return None
+    return summary
+
+
 def stage_train(data_config, training_config, strategy):
     header("train", f"preset {FLAGS.preset}, {minutes(FLAGS.train_minutes)}"
            + (f" or {FLAGS.train_steps} steps" if FLAGS.train_steps else ""))
+    summary = trained_summary()
+    if summary is not None:
+        command, more = train_more(summary["steps"])
+        say(f"the training of this run had ended ({summary['stop_reason']} after "
+            f"{summary['steps']:,} updates); going on with its weights. For {more}: {command}")
+        return summary
     from keras_transformer import runs, signals
     from keras_transformer.training import NonFiniteError
 
