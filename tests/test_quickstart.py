@@ -210,13 +210,12 @@ def test_after_a_later_stage_failed_the_same_command_goes_on_without_training(sm
 
 
 def test_only_a_training_that_had_ended_is_not_trained_again(tmp_path):
+    import tensorflow as tf
     from absl import flags
     from absl.testing import flagsaver
 
     from keras_transformer import runs
     from trainers import quickstart
-
-    import tensorflow as tf
 
     run_dir = tmp_path / "run"
     manager = tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(run_dir), 2)
