@@ -120,11 +120,13 @@ REMEDIES = {
              "from the last checkpoint in --model_dir).",
     "average": f"run `{console.program_command('average_checkpoints')} --model_dir=MODEL_DIR "
                "--last=N` by hand, or pass --average_last=0 to evaluate the last checkpoint.",
-    "evaluate": "check the test data (see the data stage) and the checkpoints in --model_dir; "
+    "evaluate": "check the test data (see the data stage) and the checkpoints in --model_dir, "
+                "and run the same command again (it does not train again); "
                 f"`{console.program_command('evaluate')} --model_dir=MODEL_DIR` repeats this stage "
                 "alone.",
-    "export": "free disk space or pass a writable --export_dir; the trained model in --model_dir is "
-              f"kept: `{console.program_command('export')} --model_dir=MODEL_DIR "
+    "export": "free disk space or pass a writable --export_dir, and run the same command again "
+              "(the trained model in --model_dir is kept and not trained again); "
+              f"`{console.program_command('export')} --model_dir=MODEL_DIR "
               "--checkpoint=averaged` repeats this stage alone.",
     "translate": "the export is written but does not load or run; "
                  f"`{console.program_command('translate')} --saved_model=EXPORT --text=...` shows "
