@@ -93,6 +93,21 @@ def _isdir(path: str) -> bool:
     return gfile.isdir(path) if gfile else os.path.isdir(path)
 
 
+def read_summary(model_dir: str) -> dict:
+    """The ``summary.json`` the last training run in ``model_dir`` wrote at its end; {} if there
+    is none (a new run, or one killed before its end) or it is not a JSON object."""
+    path = os.path.join(model_dir, SUMMARY_FILE)
+    if not _exists(path):
+        return {}
+    gfile = _gfile(path)
+    try:
+        with gfile.GFile(path) if gfile else open(path, encoding="utf-8") as stream:
+            summary = json.load(stream)
+    except ValueError:  # edited by hand into something else: as if there were none
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def read_config(model_dir: str) -> dict:
     """The ``config.json`` of the run in ``model_dir`` (ValueError naming the file if missing)."""
     path = os.path.join(model_dir, CONFIG_FILE)

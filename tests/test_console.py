@@ -28,7 +28,6 @@ console.run(main)
     assert "bash trainers/setup.sh" in lines[-1]
 
 
-
 def test_a_library_message_names_the_programs_as_they_were_installed(tmp_path):
     # The library names the programs as a clone runs them; installed (a wheel, Colab) they are
     # keras_transformer_trainers, and the one error line must name a command that exists there.

@@ -64,6 +64,8 @@ def test_a_run_on_a_tensorflow_file_system_reads_as_on_the_local_disk(tmp_path):
         tf.io.gfile.makedirs(run)
         with tf.io.gfile.GFile(os.path.join(run, runs.CONFIG_FILE), "w") as stream:
             stream.write('{"model": {"d_model": 8}, "vocab_path": "v.model"}')
+        with tf.io.gfile.GFile(os.path.join(run, runs.SUMMARY_FILE), "w") as stream:
+            stream.write('{"steps": 1, "stop_reason": "train_steps"}')
         for prefix in ("ckpt-1", runs.AVERAGED_PREFIX):
             tf.train.Checkpoint(v=tf.Variable(1.0)).write(os.path.join(run, prefix))
         tf.compat.v1.train.update_checkpoint_state(run, os.path.join(run, "ckpt-1"))
@@ -81,6 +83,7 @@ def test_a_run_on_a_tensorflow_file_system_reads_as_on_the_local_disk(tmp_path):
             runs.read_config(os.path.join(run, "nothing"))
         except ValueError as error:
             found.append(f"ValueError: {error}")
+        found += [runs.read_summary(run), runs.read_summary(os.path.join(run, "nothing"))]
         return [str(answer).replace(run, "RUN") for answer in found]
 
     on_disk = answers(local)
@@ -89,4 +92,5 @@ def test_a_run_on_a_tensorflow_file_system_reads_as_on_the_local_disk(tmp_path):
     assert on_disk[5].startswith("ValueError: no ema checkpoint in RUN")
     assert on_disk[6].startswith("ValueError: checkpoint 'RUN/ckpt-9' not found")
     assert on_disk[7].startswith("ValueError: RUN/nothing/config.json not found")
+    assert on_disk[8:] == [str({"steps": 1, "stop_reason": "train_steps"}), "{}"]
     assert answers(remote) == on_disk

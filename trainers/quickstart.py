@@ -364,13 +364,9 @@ def trained_summary():
 
     if FLAGS.train_more or FLAGS.overwrite:
         return None
-    try:
-        with open(os.path.join(FLAGS.model_dir, runs.SUMMARY_FILE), encoding="utf-8") as stream:
-            summary = json.load(stream)
-    except (OSError, ValueError):
-        return None
+    summary = runs.read_summary(FLAGS.model_dir)
     latest = tf.train.latest_checkpoint(FLAGS.model_dir)
-    if (not isinstance(summary, dict) or not latest
+    if (not latest
             or summary.get("stop_reason") not in ("train_minutes", "train_steps", "early_stopping")
             or os.path.basename(summary.get("latest_checkpoint") or "") != os.path.basename(latest)
             or (FLAGS.train_steps and summary.get("steps", 0) < FLAGS.train_steps)):

@@ -15,7 +15,6 @@ pipeline's contract); the trainer repeats the training set forever.
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import signal
@@ -361,20 +360,9 @@ class Trainer:
             raise ValueError(f"early_stopping_patience={config.early_stopping_patience} needs a "
                              "dev set to evaluate on; there is none.")
         # The count goes on where this folder's last run left it.
-        state = self._recorded_summary().get("early_stopping") if restored else None
+        state = runs.read_summary(config.model_dir).get("early_stopping") if restored else None
         return EarlyStopping(config.early_stopping_patience, config.early_stopping_metric,
                              config.early_stopping_min_delta, state)
-
-    def _recorded_summary(self) -> dict:
-        """The summary this folder's last run wrote; {} if there is none or it is unreadable.
-        Every worker reads the chief's (the folder is shared), so all decide alike from it."""
-        path = os.path.join(self.config.model_dir, runs.SUMMARY_FILE)
-        try:
-            with tf.io.gfile.GFile(path) as stream:
-                recorded = json.load(stream)
-        except (tf.errors.NotFoundError, ValueError):
-            return {}
-        return recorded if isinstance(recorded, dict) else {}
 
     def _ended_before(self, restored) -> Optional[dict]:
         """The recorded summary, with ``ended_before`` set, when the restored run had already
@@ -387,7 +375,8 @@ class Trainer:
         stopped = self.early_stopping is not None and self.early_stopping.should_stop
         if not restored or not (reached or stopped):
             return None
-        recorded = self._recorded_summary()
+        # Every worker reads the chief's summary (the folder is shared): all decide alike.
+        recorded = runs.read_summary(config.model_dir)
         if (recorded.get("steps") != self.step
                 or recorded.get("stop_reason") not in ("train_steps", "early_stopping")):
             return None
