@@ -144,14 +144,20 @@ def test_a_second_run_after_success_trains_nothing_and_reprints_the_report(smoke
         assert line in report, line
 
 
-@pytest.mark.slow
-def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(smoke, tmp_path):
-    source, stdout = smoke
-    shutil.copytree(source / "run", tmp_path / "run")  # the other tests read the smoke run as it is
+def copy_of_the_smoke_run(source, tmp_path):
+    """The smoke run copied to ``tmp_path/run`` (the other tests read it as it is); the flags of
+    its command, writing there and exporting to ``tmp_path/saved``."""
+    shutil.copytree(source / "run", tmp_path / "run")
     files = {split: str(source / f"{split}.tsv") for split in ("train", "dev", "test")}
     flags = [flag for flag in small_run_flags(source, files)
              if not flag.startswith(("--work_dir=", "--export_dir="))]
-    flags += [f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}"]
+    return flags + [f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}"]
+
+
+@pytest.mark.slow
+def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(smoke, tmp_path):
+    source, stdout = smoke
+    flags = copy_of_the_smoke_run(source, tmp_path)
     # --train_steps counts all of a run's updates: the report's next line doubles it.
     assert "--train_steps=8 --train_more   # 4 more updates (at most" in stdout
     before = {name: os.path.getmtime(tmp_path / "run" / name) for name in os.listdir(tmp_path / "run")}
@@ -185,12 +191,8 @@ def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(
 def test_after_a_later_stage_failed_the_same_command_goes_on_without_training(smoke, tmp_path):
     """A run whose export failed (no report written): the same command does not train again (on a
     time budget it would have trained --train_minutes more), and goes on to a report."""
-    source, stdout = smoke
-    shutil.copytree(source / "run", tmp_path / "run")  # the other tests read the smoke run as it is
-    files = {split: str(source / f"{split}.tsv") for split in ("train", "dev", "test")}
-    flags = [flag for flag in small_run_flags(source, files)
-             if not flag.startswith(("--work_dir=", "--export_dir="))]
-    flags += [f"--work_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}"]
+    source, _ = smoke
+    flags = copy_of_the_smoke_run(source, tmp_path)
     (tmp_path / "run" / "report.json").unlink()
     # As a run on a time budget writes it (the smoke run is short, so it has a step budget).
     summary_path = tmp_path / "run" / "summary.json"
