@@ -80,11 +80,14 @@ def program_name() -> str:
     return sys.argv[0].rsplit("/", 1)[-1].removesuffix(".py")
 
 
+# The name these programs were imported as: ``trainers`` in a clone; installed (a wheel, Colab,
+# outside the clone) ``keras_transformer_trainers``, and there is no ``trainers`` to run (setup.cfg).
+PACKAGE = __package__
+
+
 def program_command(name: str) -> str:
-    """``python -m trainers.NAME`` under the name these programs were imported as: installed (a
-    wheel, Colab, outside the clone) they are ``keras_transformer_trainers``, and there is no
-    ``trainers`` to run (setup.cfg)."""
-    return f"python -m {__package__}.{name}"
+    """``python -m trainers.NAME`` under the name these programs run as here (``PACKAGE``)."""
+    return f"python -m {PACKAGE}.{name}"
 
 
 def help_command() -> str:
@@ -107,7 +110,7 @@ def installed_names(text: str) -> str:
     """``text`` with the programs named as they run here: the library's messages name them as a
     clone runs them (``python -m trainers.NAME``; the library cannot import the programs), which
     installed are :func:`program_command`'s."""
-    return text.replace("python -m trainers.", program_command(""))
+    return text.replace("python -m trainers.", f"python -m {PACKAGE}.")
 
 
 def error_exit(message, status: int = 1):

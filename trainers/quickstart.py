@@ -338,7 +338,7 @@ def stage_data(config):
 def training_command(training_config):
     """The ``python -m trainers.wmt`` command line that trains the same run (shown, and kept in
     the report, so the training can be repeated or continued alone)."""
-    command = [*console.program_command("wmt").split(), f"--model_dir={FLAGS.model_dir}",
+    command = ["python", "-m", f"{console.PACKAGE}.wmt", f"--model_dir={FLAGS.model_dir}",
                # what this run keeps (only the checkpoints it averages, unless given)
                f"--keep_checkpoints={training_config.keep_checkpoints}"]
     for module in TRAINER_MODULES:
