@@ -199,10 +199,13 @@ def test_after_a_later_stage_failed_the_same_command_goes_on_without_training(sm
     summary = json.loads(summary_path.read_text())
     summary_path.write_text(json.dumps(dict(summary, stop_reason="train_minutes")))
     checkpoints = sorted(name for name in os.listdir(tmp_path / "run") if name.startswith("ckpt-"))
-    code, out, err = run(*flags)
+    # More checkpoints to average than the run saved: the stage says how many it averages.
+    code, out, err = run(*flags, "--average_last=3")
     assert code == 0, out[-3000:] + err[-3000:]
     assert ("the training of this run had ended (train_minutes after 4 updates); going on with "
             "its weights") in out and "step 5" not in out and "warm-up:" not in out
+    assert "=== [3/6] average: the last 2 checkpoints (section 6.1), all the run saved (" in out
+    assert "averaged 2 checkpoint(s) (ckpt-3, ckpt-4)" in out
     assert sorted(name for name in os.listdir(tmp_path / "run")
                   if name.startswith("ckpt-")) == checkpoints
     with open(tmp_path / "run" / "report.json") as stream:

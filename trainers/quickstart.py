@@ -416,20 +416,26 @@ def stage_train(data_config, training_config, strategy):
 def stage_average(config, summary):
     """``(checkpoint name, averaged checkpoint paths, weights line)``: the weights to evaluate
     and export."""
-    header("average", f"the last {FLAGS.average_last} checkpoints (section 6.1)"
-           + (f" and the moving average (decay {FLAGS.ema_decay:g})" if FLAGS.ema_decay else ""))
     from keras_transformer import data, runs
     from keras_transformer.training import average_run, last_checkpoints
 
+    # absolute: see training_command
+    model_dir = os.path.abspath(FLAGS.model_dir)
+    paths = last_checkpoints(model_dir, FLAGS.average_last)
+    averaged = []
+    if FLAGS.average_last:
+        last = f"{len(paths)} checkpoints" if len(paths) > 1 else "checkpoint"
+        averaged.append(f"the last {last} (section 6.1)"
+                        + (", all the run saved" if len(paths) < FLAGS.average_last else ""))
+    if FLAGS.ema_decay:
+        averaged.append(f"the moving average (decay {FLAGS.ema_decay:g})")
+    header("average", " and ".join(averaged) or "none (--average_last=0)")
     if not FLAGS.average_last:
         if FLAGS.ema_decay:
             say(f"--average_last=0: using the moving average {summary['ema_checkpoint']}")
             return runs.EMA, [], f"moving average of the weights (decay {FLAGS.ema_decay:g})"
         say(f"--average_last=0: using the last checkpoint {summary['latest_checkpoint']}")
         return runs.LATEST, [summary["latest_checkpoint"]], "last checkpoint"
-    # absolute: see training_command
-    model_dir = os.path.abspath(FLAGS.model_dir)
-    paths = last_checkpoints(model_dir, FLAGS.average_last)
     if not summary.get("averaged_checkpoint"):  # the trainer averages unless a signal stopped it
         try:
             average_run(model_dir, FLAGS.average_last)
