@@ -20,6 +20,7 @@ import errno
 import os
 import re
 import shutil
+import sys
 import tempfile
 from typing import Iterator, List, Sequence, Union
 
@@ -52,9 +53,10 @@ def describe(error: BaseException, path: str) -> str:
 def _is_write_failure(error: BaseException) -> bool:
     if isinstance(error, OSError):
         return True
-    import tensorflow as tf  # TensorFlow's file system reports I/O failures as OpErrors
-
-    return isinstance(error, tf.errors.OpError)
+    # TensorFlow's file system reports I/O failures as OpErrors; where it is not loaded, none was
+    # raised (and loading it here would cost seconds).
+    tf = sys.modules.get("tensorflow")
+    return tf is not None and isinstance(error, tf.errors.OpError)
 
 
 def remote(path) -> bool:

@@ -221,8 +221,8 @@ COMMAND_CASES = (
         "--early_stopping_metric=bleu needs dev BLEU"),
        ("quickstart", ["--init_from={no_checkpoint}"], "--init_from={no_checkpoint}: no checkpoint")]
     + [("prepare_data", args, message) for args, message in DATA_CASES[:3] + DATA_CASES[12:]]
-    + [("prepare_data", ["--download", "--dataset=ding_de_en", "--ding_file={file}"],
-        "--download applies to --dataset=wmt14"),
+    + [("prepare_data", ["--download", "--dataset=files", "--train_data={file}"],
+        "--download: --dataset=files reads your own files"),
        ("prepare_data", ["stray"], "unexpected argument(s) 'stray'")]
     + [("translate", args, message) for args, message in RUN_CASES + DECODE_CASES]
     # translate with no model flag uses the main job's model (tests/test_shipped_model.py)

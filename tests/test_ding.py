@@ -92,7 +92,9 @@ def test_split_uses_sha256_of_the_source():
 
 
 def test_missing_file_error_says_how_to_get_it(tmp_path):
-    with pytest.raises(ValueError, match=r"not found.*apt-get install trans-de-en"):
+    with pytest.raises(ValueError, match=r"not found: .*nope\. `python -m trainers\.prepare_data "
+                                         r"--dataset=ding_de_en --download` fetches trans-de-en "
+                                         r".*; or `apt-get install trans-de-en`"):
         ding.extract_pairs(str(tmp_path / "nope"))
 
 

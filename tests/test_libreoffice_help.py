@@ -8,6 +8,9 @@ import sys
 import pytest
 
 from keras_transformer.data import libreoffice_help as lh
+from test_debian import fake_apt_get
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ENGLISH_A = """<!DOCTYPE html><html><head><title>Find</title></head><body>
 <h1 id="hd_id1"><a name="x"></a>Find &amp; Replace</h1>
@@ -70,7 +73,8 @@ def test_a_page_in_one_language_only_is_skipped_and_missing_folders_name_the_set
     by_page, stats = lh.align_help(help_dir)
     assert list(by_page) == ["text/shared/find.html"]
     assert (stats.english_pages, stats.german_pages, stats.common_pages) == (2, 1, 1)
-    with pytest.raises(ValueError, match=r"not found: .*missing.*bash trainers/setup\.sh"):
+    with pytest.raises(ValueError, match=r"not found: .*missing.*`python -m trainers\.prepare_data "
+                                         r"--dataset=libreoffice_help_en_de --download` fetches "):
         lh.align_help(str(tmp_path / "missing"))
 
 
@@ -135,16 +139,39 @@ def test_tfds_builder_serves_the_page_split(tmp_path):
         data.load_text_pairs(config, "train")
 
 
-def test_prepare_data_prints_the_counts_of_any_help_version(tmp_path):
+def help_packages(pages):
+    """The two Debian packages holding ``pages`` (as ``write_help`` takes them) where Debian's do:
+    {package: {path: text}}, for ``test_debian.fake_apt_get``."""
+    return {package: {os.path.join(lh.DEFAULT_HELP_DIR, language, page): markup[index]
+                      for page, markup in pages.items()}
+            for index, (package, language) in enumerate(zip(lh.PACKAGES, ("en-US", "de")))}
+
+
+@pytest.mark.skipif(lh.holds_pages(lh.DEFAULT_HELP_DIR),
+                    reason="apt-get install has put LibreOffice help pages on this machine")
+def test_prepare_data_fetches_the_pages_and_prints_the_counts_of_any_help_version(tmp_path,
+                                                                                  monkeypatch):
+    """Without the pages anywhere, --download fetches the Debian packages (here a stand-in
+    apt-get's, holding pages of another help version) into data/ of the folder it runs in; the
+    default --libreoffice_help_dir then finds them there."""
     pages = {f"text/v/p{i}.html": (
         f'<p id="a">Open the dialog number {i} here.</p>',
         f'<p id="a">Öffnen Sie hier den Dialog {i}.</p>') for i in range(60)}
     help_dir = write_help(tmp_path / "help", pages)
+    fake_apt_get(tmp_path, help_packages(pages), monkeypatch)
+    work = tmp_path / "work"
+    work.mkdir()
     result = subprocess.run(
         [sys.executable, "-m", "trainers.prepare_data", "--dataset=libreoffice_help_en_de",
-         f"--libreoffice_help_dir={help_dir}", f"--data_dir={tmp_path / 'data'}",
-         "--vocab_size=320"], capture_output=True, text=True, timeout=300)
+         "--download", "--vocab_size=320"], capture_output=True, text=True, timeout=300,
+        cwd=work, env=dict(os.environ, PYTHONPATH=ROOT))
     assert result.returncode == 0, result.stderr[-2000:]
+    assert (f"fetching {' and '.join(lh.PACKAGES)} (apt-get download, no root needed) into "
+            f"{lh.PROJECT_PACKAGE_DIR}\ncorpus: {lh.PROJECT_HELP_DIR}\n") in result.stdout
+    assert lh.fingerprint(str(work / lh.PROJECT_HELP_DIR)) == lh.fingerprint(help_dir)
+    # No package file and no staging folder left.
+    assert os.listdir(work / lh.PROJECT_PACKAGE_DIR) == ["usr"]
+    assert not [name for name in os.listdir(work / "data") if name.startswith(".tmp-")]
     splits = lh.load_splits(help_dir)
     assert "60 pages in both languages" in result.stdout and "60 unique pairs" in result.stdout
     for split, name in (("train", "train"), ("dev", "validation"), ("test", "test")):
@@ -157,4 +184,5 @@ def test_prepare_data_prints_the_counts_of_any_help_version(tmp_path):
         capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     last = missing.stderr.strip().splitlines()[-1]
-    assert "bash trainers/setup.sh" in last and str(tmp_path / "nothing") in last
+    assert str(tmp_path / "nothing") in last
+    assert "`python -m trainers.prepare_data --dataset=libreoffice_help_en_de --download`" in last

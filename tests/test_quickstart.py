@@ -3,6 +3,7 @@ steps, a small corpus of own files) ends with a report holding BLEU both ways an
 that exists and translations made by that export; a failing stage (no corpus, an export folder that cannot be
 written, a full disk during the export) ends with one message naming the stage and what to do."""
 
+import dataclasses
 import json
 import os
 import random
@@ -14,6 +15,8 @@ import sys
 
 import numpy as np
 import pytest
+
+from keras_transformer.data import libreoffice_help as lh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -690,23 +693,54 @@ def test_missing_corpus_fails_before_the_first_stage(tmp_path):
                                f"--data_dir={tmp_path / 'data'}", "--dataset=ding_de_en",
                                f"--ding_file={missing}")
     assert code != 0
-    # Found before any stage starts, in one line naming the flag and how to install the corpus.
+    # Found before any stage starts, in one line naming the flag and how to fetch the corpus.
     assert stderr.strip().splitlines()[-1].startswith(f"quickstart: error: --ding_file={missing}")
-    assert "bash trainers/setup.sh" in stderr and "trans-de-en" in stderr
+    assert "python -m trainers.prepare_data --dataset=ding_de_en --download` fetches it" in stderr
     assert "Traceback" not in stderr
     assert "[1/6] data" not in stdout
 
 
-def test_missing_help_pages_name_the_setup_command(tmp_path):
-    # The default corpus, absent: the data stage says how to install it, in one message.
+def test_missing_help_pages_name_the_command_that_fetches_them(tmp_path):
+    # A --libreoffice_help_dir that does not exist: one message, naming how to fetch the corpus.
     missing = tmp_path / "no-help"
     code, stdout, stderr = run(f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}",
                                f"--data_dir={tmp_path / 'data'}", f"--libreoffice_help_dir={missing}")
     assert code != 0 and "Traceback" not in stderr
     assert stderr.strip().splitlines()[-1].startswith(
         f"quickstart: error: --libreoffice_help_dir={missing}")
-    assert "bash trainers/setup.sh" in stderr and "libreoffice-help-de" in stderr
+    assert ("python -m trainers.prepare_data --dataset=libreoffice_help_en_de --download` fetches "
+            "it") in stderr
     assert "[1/6] data" not in stdout
+
+
+@pytest.mark.skipif(lh.holds_pages(lh.DEFAULT_HELP_DIR),
+                    reason="apt-get install has put LibreOffice help pages on this machine")
+def test_the_data_stage_fetches_the_main_corpus_where_there_is_none(tmp_path, monkeypatch, capsys):
+    """Outside a clone (a wheel's user) no setup.sh has run: the data stage fetches the pages into
+    data/ of the folder the command runs in (here a stand-in apt-get's packages) and goes on."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from test_debian import fake_apt_get
+    from test_libreoffice_help import help_packages
+    from trainers import data_flags, quickstart
+
+    pages = {f"text/v/p{i}.html": (f'<p id="a">Open the dialog number {i} here.</p>',
+                                   f'<p id="a">Öffnen Sie hier den Dialog {i}.</p>')
+             for i in range(60)}
+    fake_apt_get(tmp_path, help_packages(pages), monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", "--vocab_size=320"])
+        _, counts = quickstart.stage_data(dataclasses.replace(data_flags.data_config(),
+                                                              vocab_size=320))
+    out = capsys.readouterr().out
+    assert (f"fetching {' and '.join(lh.PACKAGES)} (apt-get download, no root needed) into "
+            f"{lh.PROJECT_PACKAGE_DIR}\ncorpus: {lh.PROJECT_HELP_DIR}\n") in out
+    splits = lh.load_splits(lh.PROJECT_HELP_DIR)
+    assert counts == {split: len(splits[name]) for split, name in
+                      (("train", "train"), ("dev", "validation"), ("test", "test"))}
+    assert "60 pages in both languages" in out
 
 
 def test_unwritable_export_dir_fails_before_training(tmp_path):

@@ -4,6 +4,7 @@
     config = data_flags.data_config()         # in main(): validated, frozen
 """
 
+import functools
 import os
 
 from absl import app, flags
@@ -29,14 +30,15 @@ flags.DEFINE_string("data_dir", "data", "TFDS data directory; also holds the voc
 flags.DEFINE_string(
     "ding_file", None,
     "The Ding dictionary file (default /usr/share/trans/de-en from `apt-get install "
-    "trans-de-en`, else data/trans-de-en/usr/share/trans/de-en as unpacked by "
-    "trainers/setup.sh without root).",
+    "trans-de-en`, else data/trans-de-en/usr/share/trans/de-en as unpacked without root by "
+    "trainers/setup.sh or the quickstart and prepare_data programs).",
 )
 flags.DEFINE_string(
     "libreoffice_help_dir", None,
     "The LibreOffice help folder holding en-US/ and de/ (default /usr/share/libreoffice/help "
     "from `apt-get install libreoffice-help-en-us libreoffice-help-de`, else "
-    "data/libreoffice-help/usr/share/libreoffice/help as unpacked by trainers/setup.sh).",
+    "data/libreoffice-help/usr/share/libreoffice/help as unpacked without root by "
+    "trainers/setup.sh or the quickstart and prepare_data programs).",
 )
 flags.DEFINE_integer(
     "vocab_size", None,
@@ -119,10 +121,24 @@ def data_config(xla: bool = False, writes: bool = True, **overrides) -> DataConf
     return config
 
 
+def fetch_corpus(config: DataConfig, say=None) -> None:
+    """Fetches the offline corpus of ``config`` where there is none (``data.fetch_offline``; its
+    flag unset, nothing installed or unpacked), saying so first (``say``, default print): it
+    takes a while."""
+    from keras_transformer import data
+
+    say = say or functools.partial(print, flush=True)
+    fetch = data.offline_corpus_to_fetch(config)
+    if fetch:
+        packages, folder = fetch
+        say(f"fetching {' and '.join(packages)} (apt-get download, no root needed) into {folder}")
+        say(f"corpus: {data.fetch_offline(config)}")
+
+
 def check_paths(config: DataConfig, specs: dict, writes: bool) -> None:
     """The corpus files exist and are well formed (one streaming pass, file:line on the first bad
     line) and the folders to write can be written: before any slow work."""
-    from keras_transformer.data import files
+    from keras_transformer.data import ding, files, libreoffice_help
 
     from . import checks
 
@@ -130,13 +146,13 @@ def check_paths(config: DataConfig, specs: dict, writes: bool) -> None:
         for path in (spec.source,) if spec.is_tsv else (spec.source, spec.target):
             checks.input_file(name, path)
         files.check(spec)
-    # The offline corpora come from Debian packages that trainers/setup.sh unpacks.
-    remedy = "; `bash trainers/setup.sh` installs {} (or leave the flag out for its default)"
+    # The offline corpora come from Debian packages that prepare_data --download fetches.
+    remedy = "; or leave the flag out for its default: `{}` fetches it there"
     if config.ding_file:
-        checks.input_file("ding_file", config.ding_file, remedy.format("trans-de-en"))
+        checks.input_file("ding_file", config.ding_file, remedy.format(ding.FETCH_COMMAND))
     if config.libreoffice_help_dir:
-        checks.input_dir("libreoffice_help_dir", config.libreoffice_help_dir, remedy.format(
-            "libreoffice-help-en-us and libreoffice-help-de"))
+        checks.input_dir("libreoffice_help_dir", config.libreoffice_help_dir,
+                         remedy.format(libreoffice_help.FETCH_COMMAND))
     if config.vocab_path and os.path.exists(config.vocab_path):
         checks.input_file("vocab_path", config.vocab_path)
     if writes:

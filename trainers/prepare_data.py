@@ -4,6 +4,7 @@
     python -m trainers.prepare_data --dataset=libreoffice_help_en_de   # the main job's corpus
     python -m trainers.prepare_data --dataset=files --train_data=train.tsv --dev_data=dev.tsv
     python -m trainers.prepare_data --dataset=wmt14_en_de --download   # needs a network
+    python -m trainers.prepare_data --dataset=libreoffice_help_en_de --download   # its Debian packages
 
 Prints pairs per split, the vocabulary size, tokens per sentence (mean, 95th percentile), the
 number of token-budget batches, their padding fraction and how many examples are longer
@@ -22,17 +23,21 @@ for _flag in flags.FLAGS.get_key_flags_for_module(data_flags):
         flags.declare_key_flag(_flag.name)
 flags.DEFINE_bool("overwrite_vocab", False, "Learn the vocabulary again even if the file exists.")
 flags.DEFINE_bool(
-    "download", False, "WMT14 only: download and prepare it through TFDS (needs a network)."
+    "download", False, "WMT14: download and prepare it through TFDS (needs a network). The "
+    "offline corpora: where neither `apt-get install` nor an earlier download has put them, fetch "
+    "their Debian packages with `apt-get download` (no root needed) and unpack them under data/, "
+    "where their flags' defaults find them."
 )
 
 FLAGS = flags.FLAGS
 
 
 def main(argv):
-    from keras_transformer.data.config import WMT14_DATASETS
+    from keras_transformer.data.config import FILES_DATASET
 
-    if FLAGS.download and FLAGS.dataset not in WMT14_DATASETS:
-        raise app.UsageError("--download applies to --dataset=wmt14_en_de/wmt14_en_fr only.")
+    if FLAGS.download and FLAGS.dataset == FILES_DATASET:
+        raise app.UsageError("--download: --dataset=files reads your own files; it fetches WMT14 "
+                             "and the offline corpora.")
     config = data_flags.data_config()
     prepare(config)  # bad input: console.run prints the message (file:line or flag), no trace
 
@@ -41,8 +46,10 @@ def prepare(config):
     from keras_transformer import data
     from keras_transformer.data import batching, wmt
 
-    if FLAGS.download:
+    if FLAGS.download and config.dataset in wmt.WMT14:
         wmt.download_and_prepare(config.dataset, config.data_dir)
+    elif FLAGS.download:
+        data_flags.fetch_corpus(config)
 
     tokenizer, learned = data.load_or_learn_tokenizer(config, overwrite=FLAGS.overwrite_vocab)
     print(f"dataset: {config.dataset}   data_dir: {config.data_dir}")

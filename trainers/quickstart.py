@@ -7,7 +7,8 @@
 Six stages, each announced as it starts:
 
 1. data: prepares the offline English->German corpus (the LibreOffice help pages, Debian packages
-   libreoffice-help-en-us and libreoffice-help-de, see ``trainers/setup.sh``) and its shared
+   libreoffice-help-en-us and libreoffice-help-de, fetched with ``apt-get download`` into data/
+   where neither ``trainers/setup.sh`` nor ``apt-get install`` has put them) and its shared
    subword vocabulary (``keras_transformer.data``);
 2. train: the training run of ``python -m trainers.wmt`` (``keras_transformer.training.run``, in
    this process) on the ``mini`` preset for --train_minutes, with a recipe sized for that budget:
@@ -113,9 +114,9 @@ flags.DEFINE_bool("train_more", False, "A finished run (its report written): tra
 
 STAGES = ("data", "train", "average", "evaluate", "export", "translate")
 REMEDIES = {
-    "data": "install the offline corpora with `bash trainers/setup.sh`, or point "
-            "--libreoffice_help_dir (or --ding_file with --dataset=ding_de_en) at them, or use "
-            "--dataset=files with --train_data/--dev_data/--test_data.",
+    "data": "fix what the message names and run the same command again; or point "
+            "--libreoffice_help_dir (or --ding_file with --dataset=ding_de_en) at the corpus, or "
+            "use --dataset=files with --train_data/--dev_data/--test_data.",
     "train": "fix what the message names and run the same command again (training resumes "
              "from the last checkpoint in --model_dir).",
     "average": f"run `{console.program_command('average_checkpoints')} --model_dir=MODEL_DIR "
@@ -308,6 +309,7 @@ def stage_data(config):
     # The vocabulary training will use: a fine-tuned run's is its source's, not one of this corpus.
     model_dir = None if FLAGS.overwrite else FLAGS.model_dir  # --overwrite: no copy to resume with
     try:
+        data_flags.fetch_corpus(config, say)  # one command from nothing, outside a clone too
         tokenizer, _, _, origin = run.run_vocabulary(config, model_dir, FLAGS.init_from)
         counts = {}
         for split in data.SPLITS:

@@ -23,10 +23,12 @@ _EXPORTS = {
     "bucket_spec": "keras_transformer.data.pipeline",
     "check_not_empty": "keras_transformer.data.pipeline",
     "decoded_pairs": "keras_transformer.data.pipeline",
+    "fetch_offline": "keras_transformer.data.pipeline",
     "load_or_learn_tokenizer": "keras_transformer.data.pipeline",
     "load_text_pairs": "keras_transformer.data.pipeline",
     "make_dataset": "keras_transformer.data.pipeline",
     "make_distributed_dataset_fn": "keras_transformer.data.pipeline",
+    "offline_corpus_to_fetch": "keras_transformer.data.pipeline",
     "prepare_offline": "keras_transformer.data.pipeline",
     "read_pairs": "keras_transformer.data.pipeline",
     "training_texts": "keras_transformer.data.pipeline",
@@ -37,9 +39,10 @@ _EXPORTS = {
 __all__ = [
     "BatchStats", "BucketSpec", "DATASETS", "DING_DATASET", "DataConfig", "LIBREOFFICE_DATASET", "DataNotFoundError", "LengthStats",
     "SPLITS", "batch_statistics", "bucket_batch", "bucket_boundaries", "bucket_spec",
-    "check_not_empty", "decoded_pairs",
+    "check_not_empty", "decoded_pairs", "fetch_offline",
     "distributed_dataset_fn", "encode_pairs", "length_statistics", "load_or_learn_tokenizer",
     "load_text_pairs", "make_batches", "make_dataset", "make_distributed_dataset_fn",
+    "offline_corpus_to_fetch",
     "prepare_offline", "read_pairs", "training_texts", "training_tokenizer",
 ]
 

@@ -32,8 +32,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 # Where `apt-get install trans-de-en` puts the dictionary (a Debian path, not a machine's).
 DEFAULT_DING_FILE = "/usr/share/trans/de-en"
-# Where `trainers/setup.sh` unpacks the package without root, relative to the project.
-PROJECT_DING_FILE = os.path.join("data", "trans-de-en", "usr", "share", "trans", "de-en")
+PACKAGE = "trans-de-en"
+# Where `fetch` unpacks the package without root, relative to the project, and the file in it.
+PROJECT_PACKAGE_DIR = os.path.join("data", PACKAGE)
+PROJECT_DING_FILE = os.path.join(PROJECT_PACKAGE_DIR, DEFAULT_DING_FILE.lstrip("/"))
+# The program that fetches it (the library's messages name it; the programs rewrite the name as
+# installed).
+FETCH_COMMAND = "python -m trainers.prepare_data --dataset=ding_de_en --download"
 
 # Fractions of the hash space for the held-out splits: ~500 validation and ~1,000 test pairs
 # out of the ~15,200 clean pairs of the 2023 dictionary (13,658 / 514 / 1,049).
@@ -101,9 +106,9 @@ def extract_pairs(path: str, min_words: int = 3) -> Tuple[List[Tuple[str, str]],
     """
     if not os.path.isfile(path):
         raise ValueError(
-            f"Ding dictionary file not found: {path}. Install it with `apt-get install "
-            "trans-de-en` (or, without root, `bash trainers/setup.sh`, which unpacks it into "
-            f"{PROJECT_DING_FILE}) or point --ding_file at it."
+            f"Ding dictionary file not found: {path}. `{FETCH_COMMAND}` fetches {PACKAGE} into "
+            f"{PROJECT_PACKAGE_DIR} (no root needed), where --ding_file's default finds it; or "
+            f"`apt-get install {PACKAGE}`; or point --ding_file at the file."
         )
     seen = set()
     pairs: List[Tuple[str, str]] = []
@@ -165,9 +170,19 @@ def resolve_ding_file(path: Optional[str] = None) -> str:
     return PROJECT_DING_FILE
 
 
+def fetch(folder: str = PROJECT_PACKAGE_DIR) -> str:
+    """The dictionary file: where ``apt-get install`` puts it, else in ``folder``, fetched and
+    unpacked there first if need be (``debian.installed_or_fetched``)."""
+    from keras_transformer.data import debian
+
+    return debian.installed_or_fetched([PACKAGE], DEFAULT_DING_FILE, os.path.isfile, folder)
+
+
 # The offline-corpus interface of data.pipeline (shared with libreoffice_help).
 SOURCE_KWARG = "ding_file"
 SOURCE_NOUN = "dictionary"
+PACKAGES = (PACKAGE,)
+found = os.path.isfile
 
 
 def check_source(path: str) -> None:

@@ -36,10 +36,14 @@ from typing import Dict, List, Optional, Tuple
 # Where `apt-get install libreoffice-help-en-us libreoffice-help-de` puts the pages (a Debian
 # path, not a machine's).
 DEFAULT_HELP_DIR = "/usr/share/libreoffice/help"
-# Where `trainers/setup.sh` unpacks the packages without root, relative to the project.
-PROJECT_HELP_DIR = os.path.join("data", "libreoffice-help", "usr", "share", "libreoffice", "help")
-SOURCE_LANGUAGE, TARGET_LANGUAGE = "en-US", "de"
 PACKAGES = ("libreoffice-help-en-us", "libreoffice-help-de")
+# Where `fetch` unpacks the packages without root, relative to the project, and the pages in it.
+PROJECT_PACKAGE_DIR = os.path.join("data", "libreoffice-help")
+PROJECT_HELP_DIR = os.path.join(PROJECT_PACKAGE_DIR, DEFAULT_HELP_DIR.lstrip("/"))
+SOURCE_LANGUAGE, TARGET_LANGUAGE = "en-US", "de"
+# The program that fetches them (the library's messages name it; the programs rewrite the name as
+# installed).
+FETCH_COMMAND = "python -m trainers.prepare_data --dataset=libreoffice_help_en_de --download"
 
 TEST_FRACTION = 0.08
 VALIDATION_FRACTION = 0.04
@@ -137,10 +141,10 @@ def check_help_dir(help_dir: str) -> None:
         text_dir = os.path.join(help_dir, language, "text")
         if not os.path.isdir(text_dir):
             raise ValueError(
-                f"LibreOffice help pages not found: {text_dir}. Run `bash trainers/setup.sh` "
-                f"(it unpacks {' and '.join(PACKAGES)} into {PROJECT_HELP_DIR}), or `apt-get "
-                f"install {' '.join(PACKAGES)}`, or point --libreoffice_help_dir at the folder "
-                "holding en-US/ and de/."
+                f"LibreOffice help pages not found: {text_dir}. `{FETCH_COMMAND}` fetches "
+                f"{' and '.join(PACKAGES)} into {PROJECT_PACKAGE_DIR} (no root needed), where "
+                "--libreoffice_help_dir's default finds them; or point --libreoffice_help_dir at "
+                "a folder holding en-US/ and de/."
             )
 
 
@@ -228,10 +232,22 @@ def resolve_help_dir(path: Optional[str] = None) -> str:
     """The given folder, else the Debian location, else the project-local unpacked copy."""
     if path:
         return path
-    if (os.path.isdir(os.path.join(DEFAULT_HELP_DIR, TARGET_LANGUAGE, "text"))
-            or not os.path.isdir(PROJECT_HELP_DIR)):
+    if holds_pages(DEFAULT_HELP_DIR) or not os.path.isdir(PROJECT_HELP_DIR):
         return DEFAULT_HELP_DIR
     return PROJECT_HELP_DIR
+
+
+def holds_pages(help_dir: str) -> bool:
+    return all(os.path.isdir(os.path.join(help_dir, language, "text"))
+               for language in (SOURCE_LANGUAGE, TARGET_LANGUAGE))
+
+
+def fetch(folder: str = PROJECT_PACKAGE_DIR) -> str:
+    """The help folder: where ``apt-get install`` puts the pages, else in ``folder``, fetched and
+    unpacked there first if need be (``debian.installed_or_fetched``)."""
+    from keras_transformer.data import debian
+
+    return debian.installed_or_fetched(PACKAGES, DEFAULT_HELP_DIR, holds_pages, folder)
 
 
 def fingerprint(help_dir: str) -> str:
@@ -250,6 +266,7 @@ def fingerprint(help_dir: str) -> str:
 SOURCE_KWARG = "help_dir"
 SOURCE_NOUN = "help pages"
 check_source = check_help_dir
+found = holds_pages
 
 
 def _make_builder_class():

@@ -43,6 +43,27 @@ def _offline_corpus(config: DataConfig):
             "libreoffice_help_dir")
 
 
+def offline_corpus_to_fetch(config: DataConfig) -> Optional[Tuple[Tuple[str, ...], str]]:
+    """``(Debian packages, folder)`` when ``config``'s offline corpus must be fetched before it can
+    be read: its flag is unset, and it is neither where ``apt-get install`` puts it nor unpacked
+    in the project. None otherwise (own files, WMT, a corpus found, or one whose flag names a
+    folder: a wrong path is the user's to fix)."""
+    if config.dataset not in OFFLINE_DATASETS:
+        return None
+    module, source, field = _offline_corpus(config)
+    if getattr(config, field) or module.found(source):
+        return None
+    return module.PACKAGES, module.PROJECT_PACKAGE_DIR
+
+
+def fetch_offline(config: DataConfig) -> str:
+    """Fetches ``config``'s offline corpus into the project unless it is found already (see
+    ``offline_corpus_to_fetch``); returns where the corpus is. A ValueError saying why where it
+    cannot be fetched."""
+    module, _, field = _offline_corpus(config)
+    return getattr(config, field) or module.fetch()
+
+
 def _source_fingerprint(path: str) -> str:
     return libreoffice_help.fingerprint(path) if os.path.isdir(path) else _sha256_file(path)
 
