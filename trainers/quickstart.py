@@ -446,7 +446,7 @@ def stage_average(config, summary):
     names = ", ".join(os.path.basename(p) for p in paths)
     say(f"averaged {len(paths)} checkpoint(s) ({names}) into "
         f"{os.path.join(FLAGS.model_dir, 'averaged', 'ckpt')}")
-    weights = f"average of the last {len(paths)} checkpoints"
+    weights = f"average of the last {last}"
     if not FLAGS.ema_decay:
         return runs.AVERAGED, paths, weights
     try:
