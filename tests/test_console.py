@@ -5,27 +5,33 @@ import subprocess
 import sys
 
 
-def test_a_missing_package_ends_in_one_line_naming_the_setup_command(tmp_path):
+def test_a_missing_package_ends_in_one_line_naming_how_to_install_it(tmp_path):
     # sklearn blocked as if never installed: the floors need it, so evaluate --floors would fail
-    # deep inside; console.run turns that into one line.
+    # deep inside; console.run turns that into one line: in a clone naming its setup command,
+    # installed from the wheel (no setup.sh there) the wheel.
     code = """
 import sys
 sys.modules["sklearn"] = None  # `import sklearn` now raises ModuleNotFoundError
 sys.argv = ["evaluate"]
-from trainers import console
+from {package} import console
 
 def main(argv):
     import sklearn  # noqa: F401
 
 console.run(main)
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 1
-    lines = result.stderr.strip().splitlines()
-    assert "Traceback" not in result.stderr
-    assert lines[-1].startswith("evaluate: error: the Python package 'sklearn' is missing")
-    assert "bash trainers/setup.sh" in lines[-1]
+    for package, remedy in (("trainers", "install the project's stack with `bash trainers/setup.sh`"),
+                            ("keras_transformer_trainers",
+                             "install the project's wheel into this Python again (`"
+                             f"{sys.executable} -m pip install keras_transformer_paper-*.whl`)")):
+        result = subprocess.run([sys.executable, "-c", code.format(package=package)],
+                                capture_output=True, text=True, timeout=120,
+                                cwd=os.getcwd() if package == "trainers" else tmp_path)
+        assert result.returncode == 1
+        lines = result.stderr.strip().splitlines()
+        assert "Traceback" not in result.stderr
+        assert lines[-1].startswith("evaluate: error: the Python package 'sklearn' is missing")
+        assert remedy in lines[-1], lines[-1]
 
 
 def test_a_library_message_names_the_programs_as_they_were_installed(tmp_path):

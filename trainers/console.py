@@ -64,6 +64,8 @@ class Output:
 
 
 SETUP_COMMAND = "bash trainers/setup.sh"
+# The project's wheel, as `python -m build` names it (setup.cfg's name).
+DISTRIBUTION_FILES = "keras_transformer_paper-*.whl"
 
 
 def _main_module_name():
@@ -210,9 +212,12 @@ def run(main):
     quiet = not _verbosity_given(sys.argv)
 
     def missing(error):
-        error_exit(f"the Python package {error.name!r} is missing from {sys.executable}; "
-                   f"install the project's stack with `{SETUP_COMMAND}` (add ` test` for the "
-                   "test extras) and run the command with .venv/bin/python.")
+        remedy = (f"install the project's stack with `{SETUP_COMMAND}` (add ` test` for the test "
+                  "extras) and run the command with .venv/bin/python" if PACKAGE == "trainers" else
+                  # installed from the wheel: no setup.sh here, and pip knows its requirements
+                  f"install the project's wheel into this Python again (`{sys.executable} -m pip "
+                  f"install {DISTRIBUTION_FILES}`)")
+        error_exit(f"the Python package {error.name!r} is missing from {sys.executable}; {remedy}.")
 
     def guarded(argv):
         try:
