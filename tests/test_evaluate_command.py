@@ -236,11 +236,15 @@ def scored(stdout, base, output):
 def test_an_export_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_files):
     base = trained_on_files
     with open(base / "saved_models" / "files" / "1" / "assets" / "config.json") as stream:
-        recorded = json.load(stream)["data"]
+        recorded = json.load(stream)
     with open(base / "runs" / "files" / "config.json") as stream:
-        assert recorded == json.load(stream)["data"]  # the run's own record, paths as given
+        assert recorded["data"] == json.load(stream)["data"]  # the run's own record, paths as given
+    # The weights: the run's averaged checkpoint, which trainers.wmt --export_dir exports.
+    assert recorded["checkpoint"] == os.path.join("runs/files", "averaged", "ckpt")
     code, stdout, stderr = run("--saved_model=saved_models/files", "--output=hyp.txt", cwd=base)
     assert code == 0, stderr[-3000:]
+    assert (f"evaluate: {os.path.join('saved_models/files', '1')} (from "
+            f"{os.path.join('runs/files', 'averaged', 'ckpt')}) on files test ") in stdout
     data_line, count, bleu, hypotheses = scored(stdout, base, "hyp.txt")
     assert data_line == "data: files test split test.tsv (from the export)"
     assert count == len(hypotheses) == len(TEST_PAIRS)

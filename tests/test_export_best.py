@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_transformer import runs
 from keras_transformer.export import ExportBest
-from keras_transformer.export.common import recorded_settings
+from keras_transformer.export.common import recorded_settings, recorded_weights
 from keras_transformer.inference import load_exported_translate_fn
 from test_inference import SENTENCES, SIGNATURE_FUNCTIONS, count_traces, small_translator
 
@@ -102,6 +102,7 @@ def test_exactly_one_export_is_left_the_best_with_its_weights(translator, tmp_pa
     assert translations(translate_fn) == best_translations
     assert translations(translator.text_function()) != best_translations
     assert recorded_settings(path)["selected"] == {"step": 8, "dev_bleu": 5.0}
+    assert recorded_weights(path) == "step 8, dev BLEU 5.00"  # the trainer's own model: no checkpoint
 
     # A resumed run knows the best it exported: a lower score exports nothing, a higher one
     # replaces it.

@@ -135,8 +135,9 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
     code, stdout, stderr = run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
                                "--n_best=2", f"--input={setup['input']}")
     assert code == 0, stderr
-    assert f"{os.path.join(export_dir, 'tiny', '7')} (SavedModel), beam 2, alpha 0.6, extra length 6" \
-        in stderr
+    # The export says which weights it holds: the checkpoint trainers.export loaded.
+    assert (f"{os.path.join(export_dir, 'tiny', '7')} (SavedModel, from "
+            f"{os.path.join(setup['model_dir'], 'ckpt-1')}), beam 2, alpha 0.6, extra length 6") in stderr
     assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], **BEAM), 2)
 
     # An existing version is refused before anything is loaded.

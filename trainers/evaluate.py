@@ -116,7 +116,11 @@ def load_translate_fn():
     from keras_transformer import inference
 
     if FLAGS.saved_model:
-        return inference.load_exported_translate_fn(FLAGS.saved_model)
+        from keras_transformer.export.common import recorded_weights
+
+        fn, source = inference.load_exported_translate_fn(FLAGS.saved_model)
+        weights = recorded_weights(source)
+        return fn, f"{source} ({weights})" if weights else source
     translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
                                                    FLAGS.vocab_path)
     return translator.text_function(), loaded

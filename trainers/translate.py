@@ -158,6 +158,15 @@ def exported_settings(path):
         return "search settings as exported"
 
 
+def exported_weights(path):
+    """``, from runs/x/averaged/ckpt`` and the like: where the export's weights came from, if it
+    says."""
+    from keras_transformer.export.common import recorded_weights
+
+    weights = recorded_weights(path)
+    return f", {weights}" if weights else ""
+
+
 def load_translate_fn():
     """``(translate, source, description)``: ``translate(sentences, progress)`` gives one result
     per sentence (``inference.translate_in_batches``'s, or with --n_best > 1
@@ -178,7 +187,7 @@ def load_translate_fn():
                                      "export with a larger --beam_size or lower --n_best.")
         else:
             fn, source = inference.load_exported_translate_fn(FLAGS.saved_model)
-        description = f"{source} (SavedModel), {exported_settings(source)}"
+        description = f"{source} (SavedModel{exported_weights(source)}), {exported_settings(source)}"
     else:
         translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
                                                             FLAGS.vocab_path)

@@ -72,12 +72,16 @@ def export_settings(translator):
     corpus' test split. Paths are recorded as the training command was given them: relative ones
     resolve from the folder it ran in. ``"data"`` is None for a Translator not loaded from a run
     folder (only ``runs.load_translator`` knows the run's corpus), unless it is given one.
-    ``"selected"``: why these weights, where the translator says (``--export_best``: the step
-    and its dev BLEU)."""
+    ``"checkpoint"``: the checkpoint the weights were restored from, as it was given (a
+    translator loaded from a run folder). ``"selected"``: why these weights, where the translator
+    says (``--export_best``: the step and its dev BLEU)."""
     data = getattr(translator, "data_config", None)
     settings = {"model": translator.model.config.to_dict(),
                 "decoding": decoding_settings(translator),
                 "data": None if data is None else dataclasses.asdict(data)}
+    checkpoint = getattr(translator, "checkpoint", None)
+    if isinstance(checkpoint, str):
+        settings["checkpoint"] = checkpoint
     if getattr(translator, "selected", None) is not None:
         settings["selected"] = translator.selected
     return settings
@@ -95,6 +99,20 @@ def recorded_settings(path):
     except (OSError, ValueError):
         return None
     return settings if isinstance(settings, dict) else None
+
+
+def recorded_weights(path):
+    """Where the weights of the SavedModel at ``path`` came from, as it records them: ``from
+    runs/x/averaged/ckpt``, ``step 8000, dev BLEU 21.3`` (a best export's), both, or None (an
+    export written before exports recorded it, or of a Translator built in memory)."""
+    settings = recorded_settings(path) or {}
+    selected = settings.get("selected") or {}
+    parts = []
+    if isinstance(settings.get("checkpoint"), str):
+        parts.append(f"from {settings['checkpoint']}")
+    if "step" in selected and "dev_bleu" in selected:
+        parts.append(f"step {selected['step']}, dev BLEU {selected['dev_bleu']:.2f}")
+    return "; ".join(parts) or None
 
 
 def recorded_data_config(path):
