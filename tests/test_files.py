@@ -68,6 +68,25 @@ def test_bad_tsv_files_name_file_and_line(tmp_path, name, content, pattern):
         files.load(files.parse_spec(path))
 
 
+def test_empty_lines_at_a_files_end_are_left_out(tmp_path):
+    """Editors often leave empty lines at the end: they are not sentences, so they are left out
+    (of the count as of the pairs), a different number in each of two files too; an empty line
+    with a sentence after it is still refused, at its own line."""
+    tsv = write(tmp_path / "a.tsv", "One.\tEins.\r\nTwo.\tZwei.\r\n\r\n  \n\n")
+    en = write(tmp_path / "a.en", "One.\nTwo.\n\n")
+    de = write(tmp_path / "a.de", "Eins.\nZwei.\n\n\n\t\n")
+    for spec in (files.parse_spec(tsv), files.FileSpec(en, de)):
+        assert files.check(spec) == 2
+        assert [(s.decode(), t.decode()) for s, t in files.load(spec).as_numpy_iterator()] == [
+            ("One.", "Eins."), ("Two.", "Zwei.")]
+    middle = write(tmp_path / "b.tsv", "One.\tEins.\n\n\nTwo.\tZwei.\n\n")
+    with pytest.raises(ValueError, match=r"b.tsv:2: empty line \(every line must hold a sentence; "
+                                         r"only the file's last lines may be empty\)"):
+        files.check(files.parse_spec(middle))
+    with pytest.raises(ValueError, match=r"c.tsv: empty corpus"):
+        files.check(files.parse_spec(write(tmp_path / "c.tsv", "\n\n")))
+
+
 def test_bad_aligned_files_name_file_and_line(tmp_path):
     en = write(tmp_path / "x.en", "One.\nTwo.\nThree.\n")
     de = write(tmp_path / "x.de", "Eins.\nZwei.\n")

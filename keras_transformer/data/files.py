@@ -3,8 +3,9 @@
 A spec is ``PATH.tsv`` or ``SRC_PATH,TGT_PATH`` (the value of ``--train_data``, ``--dev_data``,
 ``--test_data``). Files are checked once in a streaming pass (memory independent of the
 corpus size) and every problem is reported with file and line: missing file, invalid UTF-8,
-empty line, TSV line without exactly one tab, different line counts, empty corpus. The
-``tf.data`` pipeline then reads the files with ``TextLineDataset``.
+empty line (but for those at a file's end, which many editors leave), TSV line without exactly one
+tab, different line counts, empty corpus. The ``tf.data`` pipeline then reads the files' sentence
+lines with ``TextLineDataset``.
 """
 
 import dataclasses
@@ -41,9 +42,11 @@ def parse_spec(spec: str, name: str = "train_data") -> FileSpec:
 
 
 def _lines(path: str) -> Iterator[Tuple[int, str]]:
-    """(line number, text without the line break), checking UTF-8 and emptiness."""
+    """(line number, text without the line break), checking UTF-8 and emptiness: an empty line
+    is an error unless only empty lines follow it (those are skipped)."""
     if not os.path.isfile(path):
         raise ValueError(f"{path}: file not found")
+    blank = None  # the first empty line since the last sentence
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             if b"\0" in raw:
@@ -56,7 +59,11 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
             if number == 1:
                 text = text.removeprefix(BOM)
             if not text.strip():
-                raise ValueError(f"{path}:{number}: empty line (every line must hold a sentence)")
+                blank = blank or number
+                continue
+            if blank is not None:
+                raise ValueError(f"{path}:{blank}: empty line (every line must hold a sentence; "
+                                 "only the file's last lines may be empty)")
             yield number, text
 
 
@@ -132,14 +139,14 @@ def load(spec: FileSpec) -> "tf.data.Dataset":
     """A dataset of (source, target) ``tf.string`` scalars, after :func:`check`."""
     import tensorflow as tf  # not at the top: checking files needs no TensorFlow
 
-    check(spec)
+    pairs = check(spec)  # the sentence lines come first: the empty ones at the end are left out
     if spec.is_tsv:
         def split(line):
             fields = tf.strings.split(line, "\t", maxsplit=1)
             return tf.strings.strip(fields[0]), tf.strings.strip(fields[1])
 
-        return _lines_of(spec.source).map(split)
+        return _lines_of(spec.source).take(pairs).map(split)
     return tf.data.Dataset.zip(
-        _lines_of(spec.source).map(tf.strings.strip),
-        _lines_of(spec.target).map(tf.strings.strip),
+        _lines_of(spec.source).take(pairs).map(tf.strings.strip),
+        _lines_of(spec.target).take(pairs).map(tf.strings.strip),
     )
