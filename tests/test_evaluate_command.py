@@ -7,6 +7,7 @@ command scores when no data flag is given: the corpus the export or run records.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -190,6 +191,13 @@ def write_pairs(path, pairs):
     path.write_text("".join(f"{s}\t{r}\n" for s, r in pairs), encoding="utf-8")
 
 
+FILES_RUN = ("--dataset=files", "--train_data=train.tsv", "--test_data=test.tsv", "--preset=tiny",
+             "--vocab_size=320", "--max_length=24", "--token_budget=256", "--warmup_steps=40",
+             "--learning_rate_scale=0.3", "--log_every_steps=100", "--dev_every_steps=0",
+             "--dev_bleu_sentences=0", "--average_last=1", "--model_dir=runs/files",
+             "--export_dir=saved_models")
+
+
 @pytest.fixture(scope="module")
 def trained_on_files(tmp_path_factory):
     """``trainers.wmt --dataset=files`` with paths relative to the folder it runs in, exporting at
@@ -198,15 +206,23 @@ def trained_on_files(tmp_path_factory):
     write_pairs(base / "train.tsv", TRAIN_PAIRS)
     write_pairs(base / "test.tsv", TEST_PAIRS)
     write_pairs(base / "other.tsv", OTHER_PAIRS)
-    code, stdout, stderr = run(
-        "--dataset=files", "--train_data=train.tsv", "--test_data=test.tsv", "--preset=tiny",
-        "--vocab_size=320", "--max_length=24", "--token_budget=256", "--warmup_steps=40",
-        "--learning_rate_scale=0.3", "--train_steps=200", "--log_every_steps=100",
-        "--dev_every_steps=0", "--dev_bleu_sentences=0", "--average_last=1",
-        "--model_dir=runs/files", "--export_dir=saved_models", cwd=base, module="trainers.wmt")
+    code, stdout, stderr = run(*FILES_RUN, "--train_steps=200", cwd=base, module="trainers.wmt")
     assert code == 0, stderr[-3000:]
     (base / "wmt.out").write_text(stdout, encoding="utf-8")
     return base
+
+
+@pytest.mark.slow
+def test_the_same_command_again_exports_no_second_version_of_the_same_weights(trained_on_files,
+                                                                               tmp_path):
+    base = tmp_path / "copy"
+    shutil.copytree(trained_on_files, base)  # the times of the files too: which was written last
+    code, stdout, stderr = run(*FILES_RUN, "--train_steps=200", cwd=base, module="trainers.wmt")
+    assert code == 0, stderr[-3000:]
+    assert (f"wmt: {os.path.join('saved_models/files', '1')} holds the weights of "
+            f"{os.path.join('runs/files', 'averaged', 'ckpt')} already; nothing exported") in stdout
+    assert sorted(os.listdir(base / "saved_models" / "files")) == ["1"]
+    # (A run trained further is exported again: test_export.py, version_holding.)
 
 
 @pytest.mark.slow

@@ -211,3 +211,43 @@ def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(t
     for rebuilt, saved in zip(model.weights, translator.model.weights):
         assert rebuilt.path.split("/", 1)[1] == saved.path.split("/", 1)[1]  # past the model's name
         np.testing.assert_array_equal(rebuilt.numpy(), saved.numpy())
+
+
+def test_a_version_holds_a_checkpoints_weights_only_if_exported_from_it_after_its_last_write(
+        tmp_path, monkeypatch):
+    """What ``trainers.wmt --export_dir`` run again decides by: no second version of the same
+    weights, a new one for a checkpoint written (trained, averaged) since."""
+    from keras_transformer.export.common import version_holding
+
+    checkpoint = tmp_path / "run" / "averaged" / "ckpt"
+    checkpoint.parent.mkdir(parents=True)
+    index = tmp_path / "run" / "averaged" / "ckpt.index"
+    index.write_bytes(b"")
+
+    def export(version, recorded, written):
+        folder = tmp_path / "saved" / "run" / str(version)
+        (folder / "assets").mkdir(parents=True)
+        settings = {} if recorded is None else {"checkpoint": recorded}
+        (folder / "assets" / CONFIG_ASSET).write_text(json.dumps(settings))
+        (folder / "saved_model.pb").write_bytes(b"")
+        os.utime(folder / "saved_model.pb", (written, written))
+        return str(folder)
+
+    base = str(tmp_path / "saved" / "run")
+    assert version_holding(base, str(checkpoint)) is None  # nothing exported yet
+    os.utime(index, (1000, 1000))
+    export(1, None, 2000)  # an export of before exports recorded their checkpoint
+    assert version_holding(base, str(checkpoint)) is None
+    second = export(2, str(checkpoint), 2000)
+    assert version_holding(base, str(checkpoint)) == second
+    # The same checkpoint named another way (relative to the folder the export ran in).
+    monkeypatch.chdir(tmp_path)
+    export(3, os.path.join("run", "averaged", "ckpt"), 2000)
+    assert version_holding(base, os.path.join("run", "averaged", "ckpt")) == os.path.join(base, "3")
+    os.utime(index, (3000, 3000))  # averaged again since
+    assert version_holding(base, str(checkpoint)) is None
+    other = tmp_path / "run" / "ckpt-4"
+    (tmp_path / "run" / "ckpt-4.index").write_bytes(b"")
+    os.utime(tmp_path / "run" / "ckpt-4.index", (3500, 3500))
+    export(4, str(other), 4000)  # the latest export is of another checkpoint
+    assert version_holding(base, str(checkpoint)) is None and version_holding(base, str(other))

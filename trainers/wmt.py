@@ -39,11 +39,20 @@ FLAGS.set_default("dataset", None)
 
 def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
     """EXPORT HOOK (the export issue's code): the run's averaged (else latest) checkpoint as
-    SavedModels for TF Serving, exactly as ``python -m trainers.export`` writes them."""
+    SavedModels for TF Serving, exactly as ``python -m trainers.export`` writes them; nothing
+    (an empty list) where the run's latest export holds that checkpoint's weights already (the
+    same command run again on a run that had ended)."""
     from keras_transformer import export, runs
+    from keras_transformer.export.common import version_holding
 
-    translator = runs.load_translator(model_dir, runs.AVERAGED if averaged else None)
+    checkpoint = runs.resolve_checkpoint(model_dir, runs.AVERAGED if averaged else None)
     name = os.path.basename(os.path.normpath(os.path.abspath(model_dir)))
+    held = version_holding(os.path.join(export_dir, name), checkpoint)
+    if held is not None:
+        print(f"wmt: {held} holds the weights of {checkpoint} already; nothing exported",
+              flush=True)
+        return []
+    translator = runs.load_translator(model_dir, checkpoint)
     return list(export.export_for_serving(translator, export_dir, name))
 
 
@@ -109,7 +118,8 @@ def main(argv):
             console.error_exit(f"export failed (the checkpoints in {model_dir} are fine; retry "
                                f"with {console.program_command('export')} --model_dir={model_dir}): "
                                f"{error}")
-        print(f"wmt: exported to {', '.join(paths)}", flush=True)
+        if paths:
+            print(f"wmt: exported to {', '.join(paths)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -115,6 +115,28 @@ def recorded_weights(path):
     return "; ".join(parts) or None
 
 
+def version_holding(model_base_path, checkpoint):
+    """The highest version under ``model_base_path`` if it was exported from ``checkpoint`` (a
+    prefix) after that checkpoint was last written, so that it holds its weights; else None. A run
+    exported again without training in between needs no new version."""
+    from keras_transformer.inference import exported_version_path
+
+    try:
+        path = exported_version_path(model_base_path)
+    except ValueError:
+        return None
+    recorded = (recorded_settings(path) or {}).get("checkpoint")
+    if not isinstance(recorded, str):
+        return None
+    try:
+        same = os.path.samefile(recorded + ".index", checkpoint + ".index")
+        later = (os.path.getmtime(os.path.join(path, "saved_model.pb"))
+                 >= os.path.getmtime(checkpoint + ".index"))
+    except OSError:  # the recorded checkpoint is gone, or relative to another folder
+        return None
+    return path if same and later else None
+
+
 def recorded_data_config(path):
     """The ``DataConfig`` the SavedModel at ``path`` records, or None: an export written before
     exports recorded their corpus, of a Translator built in memory, or not written by this
