@@ -219,9 +219,11 @@ def test_the_same_command_again_exports_no_second_version_of_the_same_weights(tr
     shutil.copytree(trained_on_files, base)  # the times of the files too: which was written last
     code, stdout, stderr = run(*FILES_RUN, "--train_steps=200", cwd=base, module="trainers.wmt")
     assert code == 0, stderr[-3000:]
-    assert (f"wmt: {os.path.join('saved_models/files', '1')} holds the weights of "
+    assert (f"wmt: {os.path.join('saved_models/files', '1')}, "
+            f"{os.path.join('saved_models/files_ids', '1')} hold the weights of "
             f"{os.path.join('runs/files', 'averaged', 'ckpt')} already; nothing exported") in stdout
     assert sorted(os.listdir(base / "saved_models" / "files")) == ["1"]
+    assert sorted(os.listdir(base / "saved_models" / "files_ids")) == ["1"]
     # (A run trained further is exported again: test_export.py, version_holding.)
 
 

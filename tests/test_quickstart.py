@@ -743,6 +743,36 @@ def test_the_data_stage_fetches_the_main_corpus_where_there_is_none(tmp_path, mo
     assert "60 pages in both languages" in out
 
 
+def test_the_export_stage_run_again_writes_no_second_version_of_the_same_weights(tmp_path,
+                                                                                monkeypatch, capsys):
+    """Run again after the translate stage failed, the export stage finds its versions of these
+    weights (exports record their checkpoint) and goes on with them."""
+    import types
+
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer.export import CONFIG_ASSET
+    from trainers import quickstart
+
+    monkeypatch.chdir(tmp_path)
+    checkpoint = os.path.join("run", "averaged", "ckpt")
+    os.makedirs(os.path.dirname(checkpoint))
+    open(checkpoint + ".index", "wb").close()
+    for base in ("run", "run_ids"):  # as export_for_serving wrote them after the averaging
+        folder = tmp_path / "saved" / base / "1"
+        (folder / "assets").mkdir(parents=True)
+        (folder / "assets" / CONFIG_ASSET).write_text(json.dumps({"checkpoint": checkpoint}))
+        (folder / "saved_model.pb").write_bytes(b"")
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", "--model_dir=run", "--export_dir=saved"])
+        paths = quickstart.stage_export(types.SimpleNamespace(checkpoint=checkpoint))
+    held = [os.path.join("saved", "run", "1"), os.path.join("saved", "run_ids", "1")]
+    assert paths == held
+    assert (f"{held[0]}, {held[1]} hold the weights of {checkpoint} already; nothing exported"
+            in capsys.readouterr().out)
+
+
 def test_unwritable_export_dir_fails_before_training(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")

@@ -538,7 +538,13 @@ def stage_export(translator):
     import tensorflow as tf
 
     from keras_transformer import export
+    from keras_transformer.export.saved_model import exports_holding
 
+    held = exports_holding(FLAGS.export_dir, name, translator.checkpoint)
+    if held is not None:  # run again after a later stage failed
+        say(f"{', '.join(held)} hold the weights of {translator.checkpoint} already; nothing "
+            "exported")
+        return list(held)
     try:
         paths = list(export.export_for_serving(translator, FLAGS.export_dir, name))
     except (OSError, ValueError, tf.errors.OpError) as error:

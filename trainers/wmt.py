@@ -43,13 +43,13 @@ def export_hook(model_dir: str, averaged: bool, export_dir: str) -> list:
     (an empty list) where the run's latest export holds that checkpoint's weights already (the
     same command run again on a run that had ended)."""
     from keras_transformer import export, runs
-    from keras_transformer.export.common import version_holding
+    from keras_transformer.export.saved_model import exports_holding
 
     checkpoint = runs.resolve_checkpoint(model_dir, runs.AVERAGED if averaged else None)
     name = os.path.basename(os.path.normpath(os.path.abspath(model_dir)))
-    held = version_holding(os.path.join(export_dir, name), checkpoint)
+    held = exports_holding(export_dir, name, checkpoint)
     if held is not None:
-        print(f"wmt: {held} holds the weights of {checkpoint} already; nothing exported",
+        print(f"wmt: {', '.join(held)} hold the weights of {checkpoint} already; nothing exported",
               flush=True)
         return []
     translator = runs.load_translator(model_dir, checkpoint)

@@ -45,7 +45,7 @@ import os
 import tensorflow as tf
 
 from keras_transformer.export.common import (check_finite, export_settings, next_version,
-                                             staged_export, write_run_files)
+                                             staged_export, version_holding, write_run_files)
 from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, SCORE_IDS_SIGNATURE,
                                          SCORE_SIGNATURE, TEXT_SIGNATURE)
 
@@ -64,6 +64,17 @@ def export_for_serving(translator, export_dir, name, version=None):
         for (output, sources), signatures in zip(staged, (traced, ids_only)):
             _write_saved_model(translator, signatures, output, sources)
     return tuple(targets)
+
+
+def exports_holding(export_dir, name, checkpoint):
+    """The two version paths ``export_for_serving`` wrote of ``checkpoint``'s weights, if the
+    latest versions under ``export_dir/<name>`` and ``export_dir/<name>_ids`` hold them (see
+    ``version_holding``); else None. The same command run again needs no new version."""
+    held = version_holding(os.path.join(export_dir, name), checkpoint)
+    if held is None:
+        return None
+    ids = os.path.join(export_dir, f"{name}_ids", os.path.basename(held))
+    return (held, ids) if os.path.isfile(os.path.join(ids, "saved_model.pb")) else None
 
 
 def export_saved_model(translator, model_base_path, version=None, text_signature=True):
