@@ -225,9 +225,8 @@ COMMAND_CASES = (
         "--download: --dataset=files reads your own files"),
        ("prepare_data", ["stray"], "unexpected argument(s) 'stray'")]
     + [("translate", args, message) for args, message in RUN_CASES + DECODE_CASES]
-    # translate with no model flag uses the main job's model (tests/test_shipped_model.py)
-    + [("evaluate", args, message) for args, message in RUN_CASES[:2] + DECODE_CASES[:3]
-       + [([], "model_dir, saved_model")]]
+    # translate and evaluate with no model flag use the main job's model (test_shipped_model.py)
+    + [("evaluate", args, message) for args, message in RUN_CASES[:2] + DECODE_CASES[:3]]
     + [("export", args, message) for args, message in RUN_CASES[:2] + RUN_CASES[6:8]]
     + [("evaluate", ["--model_dir={run}", "--split=validation"], "--split"),
        ("evaluate", ["--model_dir={run}", "--limit=0"], "--limit=0"),

@@ -88,7 +88,7 @@ def test_evaluate_the_shipped_model_reproduces_its_readme(tmp_path):
 
 def test_the_users_own_main_job_run_comes_first(tmp_path):
     """Once ``python -m trainers.quickstart`` has trained runs/quickstart in the working
-    directory, translate uses it instead of the shipped model."""
+    directory, translate and evaluate use it instead of the shipped model."""
     keras.utils.set_random_seed(1)
     text = [f"The dialog number {i} opens, and the window {i * 7} closes." for i in range(200)]
     tokenizer = SubwordTokenizer.learn(text, vocab_size=296,
@@ -109,3 +109,9 @@ def test_the_users_own_main_job_run_comes_first(tmp_path):
     translator = runs.load_translator(str(model_dir))
     expected = translator.translate_text(tf.constant([SENTENCE]))["translations"][0].numpy()
     assert out == expected.decode() + "\n"
+    # evaluate chooses as translate does (trainers/run_flags.py), here on a file of two pairs.
+    (tmp_path / "test.tsv").write_text(f"{SENTENCE}\tDer Dialog.\nThe window.\tDas Fenster.\n")
+    code, out, err = run("evaluate", "--dataset=files", "--test_data=test.tsv", cwd=str(tmp_path))
+    assert code == 0, err
+    assert re.search(rf"^evaluate: {re.escape(os.path.join(shipped.MAIN_JOB_RUN, 'ckpt-1'))} "
+                     r"\(latest; .* on files test \(2 sentences\)$", out, re.M), out

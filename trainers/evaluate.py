@@ -1,6 +1,7 @@
 """BLEU of a trained model on a test set, measured two ways and labelled, and chrF beside it
 (``keras_transformer.evaluation``).
 
+    python -m trainers.evaluate                                   # the main job's model
     python -m trainers.evaluate --model_dir=runs/quickstart --checkpoint=averaged
     python -m trainers.evaluate --saved_model=saved_models/quickstart --output=test.hyp.de
     python -m trainers.evaluate --model_dir=runs/base --dataset=wmt14_en_de --data_dir=data
@@ -23,6 +24,10 @@ and with --floors the floors on the same sentences and a verdict (on sacreBLEU):
 sacreBLEU is the comparable number; the tokenized compound-split BLEU is how the paper's Table 2
 numbers (27.3 / 28.4 EN-DE) were computed, and is usually higher: never compare one with the other.
 chrF2 (character n-grams) is the second opinion, steadier than BLEU on short sentences.
+
+With neither --model_dir nor --saved_model the main job's model is scored, as translate chooses
+it: its run (runs/quickstart, once ``python -m trainers.quickstart`` has trained it), else the
+model that comes with the project (saved_models/README.md states what it scores).
 
 The test set is the corpus the model was trained on: a run records it in its config.json and an
 export in its assets/config.json, so ``--model_dir=runs/x`` or ``--saved_model=saved_models/x``
@@ -55,7 +60,7 @@ flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick 
                      lower_bound=1)
 flags.DEFINE_string("output", None, "Write the translations here, one line per test sentence.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
-flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"], required=True)
+flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
 flags.DEFINE_bool("floors", False,
                   "Also score the two floors on the same sentences, copying the source and a "
                   "translation memory (the German of the TF-IDF-nearest English training "
@@ -131,6 +136,8 @@ def check_flags():
     flags name: before any work. The run folders last: finding a run's latest checkpoint starts
     TensorFlow, and a mistyped path is answered at once. Returns the data flags' DataConfig if any
     data flag is given, else None."""
+    if FLAGS.model_dir is None and FLAGS.saved_model is None:
+        run_flags.choose_default_model()
     if FLAGS.saved_model:
         given = ["--checkpoint"] * FLAGS["checkpoint"].present + decoding_flags.given()
         if given:

@@ -30,6 +30,30 @@ def model_dirs():
     return FLAGS.model_dir.split(",")
 
 
+def choose_default_model():
+    """Neither --model_dir nor --saved_model (translate, evaluate): the main job's run when it has
+    a checkpoint, else the model that comes with the project (``shipped``), set as the flag's
+    value; a UsageError if there is neither."""
+    from absl import app
+
+    from keras_transformer import runs
+
+    from . import console, shipped
+
+    main_job = shipped.MAIN_JOB_RUN
+    try:
+        runs.resolve_checkpoint(main_job)
+        FLAGS.model_dir = main_job
+        return
+    except (OSError, ValueError):
+        pass
+    FLAGS.saved_model = shipped.shipped_model_dir()
+    if FLAGS.saved_model is None:
+        raise app.UsageError("no --model_dir or --saved_model given, no trained main-job run in "
+                             f"{main_job} and no shipped model in this copy of the project: "
+                             f"name a model ({console.help_command()}).")
+
+
 def check_runs():
     """Each run of --model_dir and its --checkpoint, before anything slow."""
     from . import checks

@@ -91,33 +91,12 @@ def interactive():
             and sys.stdin.isatty())
 
 
-def choose_default_model():
-    """Neither --model_dir nor --saved_model: the main job's run when it has a checkpoint, else the
-    shipped model."""
-    from keras_transformer import runs
-
-    from . import shipped
-
-    main_job = shipped.MAIN_JOB_RUN
-    try:
-        runs.resolve_checkpoint(main_job)
-        FLAGS.model_dir = main_job
-        return
-    except (OSError, ValueError):
-        pass
-    FLAGS.saved_model = shipped.shipped_model_dir()
-    if FLAGS.saved_model is None:
-        raise app.UsageError("no --model_dir or --saved_model given, no trained main-job run in "
-                             f"{main_job} and no shipped model in this copy of the project: "
-                             f"name a model ({console.help_command()}).")
-
-
 def check_flags():
     """The run folder (and its checkpoint) or the SavedModel, the input and the output: before
     any work. The run folders last: finding a run's latest checkpoint starts TensorFlow, and a
     mistyped path is answered at once."""
     if FLAGS.model_dir is None and FLAGS.saved_model is None:
-        choose_default_model()
+        run_flags.choose_default_model()
     sampling = sampling_flags.given()
     if sampling and FLAGS.n_best > 1:
         raise app.UsageError(f"--n_best={FLAGS.n_best} with {', '.join(sampling)}: sampling draws "
