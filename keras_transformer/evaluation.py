@@ -232,5 +232,5 @@ def verdict(result: Evaluation, floors: Floors) -> str:
         return (f"verdict: {score - memory:.2f} sacreBLEU above the translation memory: the model "
                 "translates beyond looking sentences up.")
     below_copy = f", and below copying the source ({copy:.2f})" if score < copy else ""
-    return (f"verdict: {memory - score:.2f} sacreBLEU below the translation memory ({memory:.2f})"
-            f"{below_copy}: the model has not learned to translate yet; train longer.")
+    return (f"verdict: {score:.2f} sacreBLEU, {memory - score:.2f} below the translation memory "
+            f"({memory:.2f}){below_copy}: the model has not learned to translate yet; train longer.")

@@ -198,7 +198,10 @@ def test_verdict_says_whether_the_model_beat_the_memory():
     assert floors.translation_memory.sacrebleu.score == pytest.approx(100.0)
     weak = evaluation.evaluate_translations(["Zelle.", "OK."], references)
     line = evaluation.verdict(weak, floors)
-    assert "below the translation memory" in line and "not learned to translate" in line
+    score = weak.sacrebleu.score
+    assert line.startswith(f"verdict: {score:.2f} sacreBLEU, {100 - score:.2f} below the translation "
+                           "memory (100.00)")  # the model's score, the gap, the memory's score
+    assert "not learned to translate" in line
     assert "\n" not in line
     perfect_floors = evaluation.floors(sources, references, TRAIN[2:3])
     strong = evaluation.evaluate_translations(references, references)
