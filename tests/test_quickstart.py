@@ -788,6 +788,7 @@ def test_full_disk_during_the_export_names_the_stage(tmp_path):
     # The export stage itself, with the writer failing as on a full disk.
     code = f"""
 import errno
+import types
 from absl import flags
 from keras_transformer import export
 from trainers import quickstart
@@ -797,7 +798,7 @@ def no_space(*args, **kwargs):
 
 export.export_for_serving = no_space
 flags.FLAGS(["quickstart", "--work_dir={tmp_path / 'run'}", "--export_dir={tmp_path / 'saved'}"])
-quickstart.stage_export(translator=None)
+quickstart.stage_export(translator=types.SimpleNamespace(checkpoint="{tmp_path / 'run' / 'ckpt-1'}"))
 """
     status, _, stderr = run(code=code)
     assert status != 0
