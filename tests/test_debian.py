@@ -9,8 +9,10 @@ import pytest
 
 from keras_transformer.data import debian
 
-pytestmark = pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("dpkg") is None,
+# For every test that builds packages with build_package or serves them with fake_apt_get.
+needs_dpkg = pytest.mark.skipif(shutil.which("dpkg-deb") is None or shutil.which("dpkg") is None,
                                 reason="needs dpkg (Debian or Ubuntu)")
+pytestmark = needs_dpkg
 
 FAKE_APT_GET = """#!/bin/sh
 # apt-get download PKG...: copies PKG.deb from $FAKE_APT_DEBS into the current folder (after an

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from keras_transformer.data import libreoffice_help as lh
-from test_debian import fake_apt_get
+from test_debian import fake_apt_get, needs_dpkg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -147,6 +147,7 @@ def help_packages(pages):
             for index, (package, language) in enumerate(zip(lh.PACKAGES, ("en-US", "de")))}
 
 
+@needs_dpkg
 @pytest.mark.skipif(lh.holds_pages(lh.DEFAULT_HELP_DIR),
                     reason="apt-get install has put LibreOffice help pages on this machine")
 def test_prepare_data_fetches_the_pages_and_prints_the_counts_of_any_help_version(tmp_path,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.data import libreoffice_help as lh
+from test_debian import needs_dpkg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -713,6 +714,7 @@ def test_missing_help_pages_name_the_command_that_fetches_them(tmp_path):
     assert "[1/6] data" not in stdout
 
 
+@needs_dpkg
 @pytest.mark.skipif(lh.holds_pages(lh.DEFAULT_HELP_DIR),
                     reason="apt-get install has put LibreOffice help pages on this machine")
 def test_the_data_stage_fetches_the_main_corpus_where_there_is_none(tmp_path, monkeypatch, capsys):
