@@ -538,6 +538,75 @@ def _exported_signature(path, name, missing):
     return loaded.signatures[name], path
 
 
+# An export's assets (``export.common.write_run_files`` writes them; whoever reads an export finds
+# them here).
+VOCABULARY_ASSET = "vocab.model"
+CONFIG_ASSET = "config.json"
+
+
+def recorded_settings(path):
+    """The ``export_settings`` the SavedModel at ``path`` (a version folder, or a base folder: its
+    highest version) carries in ``assets/config.json``, or None where there is no readable one
+    (not an export of this project)."""
+    import json
+
+    try:
+        with open(os.path.join(exported_version_path(path), "assets", CONFIG_ASSET)) as stream:
+            settings = json.load(stream)
+    except (OSError, ValueError):
+        return None
+    return settings if isinstance(settings, dict) else None
+
+
+def exported_model_config(path):
+    """The ``TransformerConfig`` of the SavedModel at ``path`` (as for ``recorded_settings``); a
+    ValueError naming the export if it records none."""
+    from keras_transformer.config import TransformerConfig
+
+    version = exported_version_path(path)
+    model = (recorded_settings(version) or {}).get("model")
+    if not isinstance(model, dict):
+        raise ValueError(f"{version}/assets/{CONFIG_ASSET}: no model configuration (not a "
+                         "SavedModel of this project's export)")
+    try:
+        return TransformerConfig.from_dict(model)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{version}/assets/{CONFIG_ASSET}: {error}") from None
+
+
+def restore_from_export(model, path: str) -> None:
+    """Loads the weights of the SavedModel at ``path`` into ``model``, a built ``Transformer`` of
+    its ``exported_model_config``. The export keeps the model's TensorFlow variables, each named by
+    its path inside the model (a Keras 3 variable's name), so they are matched by that path, not
+    by order; the dropout layers' random-generator states are not weights and no export keeps them.
+    A missing weight is a ValueError naming the export."""
+    def inside_model(name):  # without the model's own name, which Keras numbers per process
+        return name.removesuffix(":0").split("/", 1)[-1]
+
+    loaded, path = _load_exported(path)
+    # The attribute export.saved_model keeps them under (keras.export.ExportArchive's).
+    saved = {inside_model(v.name): v for v in getattr(loaded, "_all_variables", [])}
+    for variable in model.weights:
+        value = saved.get(inside_model(variable.path))
+        if value is None or value.shape != variable.shape:
+            raise ValueError(f"{path}: no variable {inside_model(variable.path)} of shape "
+                             f"{list(variable.shape)} (the model its {CONFIG_ASSET} describes)")
+        variable.assign(value)
+
+
+def load_exported_model(path: str):
+    """(Keras ``Transformer``, ``SubwordTokenizer``) of a SavedModel written by the project's
+    export (``path``: the base folder or one version), for what the serving signatures do not
+    show, such as the attention maps, or to train it further."""
+    from keras_transformer.tokenizer import SubwordTokenizer
+    from keras_transformer.weights import build_model
+
+    path = exported_version_path(path)
+    model = build_model(exported_model_config(path))
+    restore_from_export(model, path)
+    return model, SubwordTokenizer.load(os.path.join(path, "assets", VOCABULARY_ASSET))
+
+
 def exported_version_path(path: str) -> str:
     """``path`` if it holds a ``saved_model.pb``, else its highest numeric version folder that
     does; a ValueError naming the path if there is none."""

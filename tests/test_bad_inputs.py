@@ -212,7 +212,7 @@ COMMAND_CASES = (
     + [("quickstart", args, message) for args, message in TRAINING_CASES[16::3]]
     # fine-tuning and early stopping (tests/test_init_from.py, tests/test_early_stopping.py)
     + [("wmt", ["--dataset=ding_de_en", "--init_from={base}/missing"],
-        "--init_from={base}/missing: no such run folder or checkpoint"),
+        "--init_from={base}/missing: no such run folder, checkpoint or SavedModel"),
        ("wmt", ["--dataset=ding_de_en", "--init_from={run}", "--preset=tiny", "--d_model=64"],
         "--init_from={run}: its model ({run}/config.json) differs from this run's: d_model 32, "
         "this run 64"),

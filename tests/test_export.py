@@ -197,15 +197,15 @@ def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(t
     """tf.saved_model.save retraces every tf.function it saves (keras.export.ExportArchive's
     endpoints are traced once to list their variables, then again): the export saves concrete
     functions, traced once each, the ids signatures once for both SavedModels. Its variables are
-    what ``trainers.shipped.model_from_export`` rebuilds the model from."""
-    from trainers.shipped import model_from_export
+    what ``inference.load_exported_model`` rebuilds the model from."""
+    from keras_transformer.inference import load_exported_model
 
     translator = small_translator(beam_size=1)
     traces = count_traces(monkeypatch)
     path, _ = export_for_serving(translator, str(tmp_path), "tiny")
     assert traces == {name: 1 for name in SIGNATURE_FUNCTIONS}
 
-    model, tokenizer = model_from_export(path)
+    model, tokenizer = load_exported_model(path)
     assert tokenizer.model_proto == translator.tokenizer.model_proto
     assert len(model.weights) == len(translator.model.weights)
     for rebuilt, saved in zip(model.weights, translator.model.weights):

@@ -1,7 +1,7 @@
-"""Fine-tuning from another run (--init_from, fairseq's --restore-file --reset-optimizer): exactly
-the source's weights before the first update, a fresh optimizer, step and schedule, the source
-recorded, a resumed run on its own checkpoints, the source's vocabulary with its coverage measured,
-and every mismatch a clear error."""
+"""Fine-tuning (--init_from, fairseq's --restore-file --reset-optimizer) from a run or an exported
+SavedModel: exactly the source's weights before the first update, a fresh optimizer, step and
+schedule, the source recorded, a resumed run on its own checkpoints, the source's vocabulary with
+its coverage measured, and every mismatch a clear error."""
 
 import dataclasses
 import json
@@ -158,7 +158,7 @@ def test_regularisers_may_differ(source, tmp_path):
 
 
 @pytest.mark.parametrize("name,message", [
-    ("missing", "no such run folder or checkpoint"),
+    ("missing", "no such run folder, checkpoint or SavedModel"),
     ("empty", "not the model_dir of a training run"),
     ("no_checkpoint", "no checkpoint in"),
 ])
@@ -169,6 +169,63 @@ def test_a_missing_source_is_one_clear_error(source, tmp_path, name, message):
     given = str(tmp_path / name)
     with pytest.raises(ValueError, match=f"init_from={re.escape(given)}: .*{message}"):
         Trainer(TINY, train_config(tmp_path / "new", init_from=given))
+
+
+def test_a_savedmodel_is_a_source_too(tmp_path):
+    """The shipped model comes as a SavedModel without its run: fine-tuning starts from the
+    exported weights exactly (the logits of the model that was exported), with the export's
+    vocabulary, and records the version folder."""
+    from keras_transformer.export import export_saved_model
+    from test_inference import small_translator
+
+    translator = small_translator(beam_size=1)
+    base = tmp_path / "saved_models" / "tiny"
+    export_saved_model(translator, str(base), version=1, text_signature=False)
+    export_saved_model(translator, str(base), version=2, text_signature=False)
+    config = translator.model.config
+    batch = toy_batch(5, task="reverse", vocab_size=config.vocab_size, batch_size=4, min_length=2,
+                      max_length=6)
+    (source, target_in), _ = batch
+    expected = np.asarray(translator.model((source, target_in), training=False))
+
+    class Seen(Callback):
+        def on_begin(self, step):
+            self.logits = np.asarray(self.trainer.model((source, target_in), training=False))
+
+    seen = Seen()
+    tuned = Trainer(config, train_config(tmp_path / "tuned", train_steps=1, init_from=str(base)))
+    tuned.fit(lambda context=None: tf.data.Dataset.from_tensors(batch).repeat(), callbacks=[seen])
+    np.testing.assert_array_equal(seen.logits, expected)
+    record = runs.read_config(str(tmp_path / "tuned"))[runs.INIT_FROM_KEY]
+    assert record == {"given": str(base), "run_dir": None, "checkpoint": str(base / "2"),
+                      "checkpoint_name": init_from.SAVED_MODEL}
+    resolved = init_from.resolve(str(base / "1"))
+    with open(resolved.vocab_path, "rb") as stream:
+        assert stream.read() == translator.tokenizer.model_proto
+    # Another architecture names the export's config; a folder of neither kind says so.
+    wider = dataclasses.replace(config, d_model=64, d_k=16, d_v=16)
+    with pytest.raises(ValueError, match=re.escape(f"init_from={base}: its model "
+                                                   f"({base / '2' / 'assets' / 'config.json'}) "
+                                                   "differs from this run's: d_model 32, this "
+                                                   "run 64")):
+        Trainer(wider, train_config(tmp_path / "wider", init_from=str(base)))
+    (tmp_path / "neither").mkdir()
+    with pytest.raises(ValueError, match="not the model_dir of a training run, nor a SavedModel"):
+        init_from.resolve(str(tmp_path / "neither"))
+
+
+def test_the_shipped_model_is_a_source():
+    from trainers import shipped
+    from keras_transformer.tokenizer import SubwordTokenizer
+
+    base = shipped.shipped_model_dir()
+    if base is None:
+        pytest.skip("this copy of the project has no shipped model")
+    resolved = init_from.resolve(base)
+    assert resolved.is_export and resolved.run_dir is None
+    with open(os.path.join(resolved.checkpoint, "assets", "config.json")) as stream:
+        assert resolved.model_config.to_dict() == json.load(stream)["model"]
+    assert SubwordTokenizer.load(resolved.vocab_path).vocab_size == resolved.model_config.vocab_size
 
 
 # --- the vocabulary ----------------------------------------------------------------------------
@@ -258,7 +315,7 @@ def test_train_run_uses_the_source_vocabulary_and_warns_of_poor_coverage(tmp_pat
                      f"--init_from={tmp_path / 'source'}"])
         quickstart.stage_data(dataclasses.replace(new_data, test_data=new_data.dev_data))
     assert not os.path.exists(new_data.effective_vocab_path)
-    assert (f"vocabulary: 296 shared subwords (the --init_from run's) at "
+    assert (f"vocabulary: 296 shared subwords (the --init_from model's) at "
             f"{tmp_path / 'source' / runs.VOCABULARY_FILE}") in capsys.readouterr().out
     # A vocabulary the data flags name explicitly must be the source's.
     other = tmp_path / "other.model"

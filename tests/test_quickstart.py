@@ -491,7 +491,7 @@ def test_a_fine_tuned_run_has_its_source_model_and_is_timed_with_it(monkeypatch,
         assert (FLAGS.d_model, FLAGS.d_ff, FLAGS.vocab_size) == (
             trained.d_model, trained.d_ff, vocab_size), line
         assert line.startswith(
-            f"recipe: a fine-tuned run has the model of its --init_from run, --d_ff={trained.d_ff} "
+            f"recipe: a fine-tuned run has the model it starts from (--init_from), --d_ff={trained.d_ff} "
             f"--d_model={trained.d_model} --vocab_size={vocab_size}; "), line
         quickstart.choose_warmup("the data config")
         (_, _, overrides, *_), kwargs = timed[0]

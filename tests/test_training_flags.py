@@ -98,6 +98,22 @@ def built(program, args, tmp_path):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def test_init_from_shipped_is_the_shipped_models_folder(parse, monkeypatch):
+    """``--init_from=shipped`` works the same in a clone and in the wheel, which keeps the shipped
+    model elsewhere; anything else is kept as given."""
+    from trainers import shipped
+
+    monkeypatch.setattr(shipped, "shipped_model_dir", lambda: "elsewhere/saved_models/quickstart")
+    parse("--init_from=shipped")
+    assert training_flags.training_config("runs/x").init_from == "elsewhere/saved_models/quickstart"
+    parse("--init_from=./shipped")
+    assert training_flags.training_config("runs/x").init_from == "./shipped"
+    monkeypatch.setattr(shipped, "shipped_model_dir", lambda: None)
+    with pytest.raises(flags.IllegalFlagValueError,
+                       match="--init_from=shipped: this copy of the project has no shipped model"):
+        parse("--init_from=shipped")
+
+
 def test_quickstart_and_wmt_build_the_same_training_config_once_for_the_same_flags(tmp_path):
     args = [f"--model_dir={tmp_path / 'run'}", f"--export_dir={tmp_path / 'saved'}",
             "--dataset=ding_de_en", "--preset=tiny", "--train_steps=50", "--train_minutes=3",

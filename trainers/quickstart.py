@@ -173,7 +173,7 @@ def choose_recipe():
         for flag, value in kept.items():
             setattr(FLAGS, flag, value)
         if source:
-            return (f"recipe: a fine-tuned run has the model of its --init_from run, "
+            return (f"recipe: a fine-tuned run has the model it starts from (--init_from), "
                     f"{flag_text(kept)}; {name} (because {why}) is for runs from scratch")
         return (f"recipe: the run in {FLAGS.model_dir} resumes with the model it was trained with, "
                 f"{flag_text(kept)}; {name} (because {why}) is for new runs (--overwrite)")
@@ -260,7 +260,7 @@ def resumed_model():
 
 
 def init_from_model():
-    """The TransformerConfig of the --init_from run a new run is fine-tuned from, or None (not
+    """The TransformerConfig of the --init_from model a new run is fine-tuned from, or None (not
     given; or not found: training_flags.check then says why, in one line)."""
     if not FLAGS.init_from:
         return None
@@ -329,8 +329,8 @@ def stage_data(config):
         say(libreoffice_help.alignment_summary(config.libreoffice_help_dir))
     say(f"dataset {config.dataset}: " + ", ".join(f"{n:,} {s}" for s, n in counts.items())
         + " sentence pairs")
-    origin = {"init_from": "the --init_from run's",
-              "own copy": "this fine-tuned run's copy of its --init_from run's"}.get(origin, origin)
+    origin = {"init_from": "the --init_from model's",
+              "own copy": "this fine-tuned run's copy of its --init_from model's"}.get(origin, origin)
     say(f"vocabulary: {tokenizer.vocab_size:,} shared subwords ({origin}) at {tokenizer.path}")
     return config, counts
 

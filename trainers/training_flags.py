@@ -12,9 +12,29 @@ become: one TrainingConfig, the strategy (seeded), and the library's training ru
 from absl import app, flags
 
 from keras_transformer.training.strategy import PRECISIONS, STRATEGIES
-from . import model_flags
+from . import model_flags, shipped
 
 FLAGS = flags.FLAGS
+# --init_from's name of the model that comes with the project, wherever this copy keeps it (a
+# clone's saved_models/, the wheel's package data).
+SHIPPED_SOURCE = "shipped"
+
+
+class InitFromParser(flags.ArgumentParser):
+    """--init_from's value as given, but ``shipped``, which becomes the shipped model's folder."""
+
+    def parse(self, argument):
+        if argument != SHIPPED_SOURCE:
+            return argument
+        path = shipped.shipped_model_dir()
+        if path is None:
+            raise ValueError("this copy of the project has no shipped model "
+                             f"(saved_models/{shipped.SHIPPED_NAME}); name a run or a SavedModel.")
+        return path
+
+    def flag_type(self):
+        return "string"
+
 
 flags.DEFINE_enum("strategy", "auto", STRATEGIES,
                   "tf.distribute strategy. auto: mirrored over all GPUs when there are several "
@@ -50,15 +70,18 @@ flags.DEFINE_integer("dev_bleu_sentences", 200,
                      "dev evaluation, shown and written to TensorBoard. 0: none.")
 flags.DEFINE_bool("keep_best_bleu", False,
                   "Also keep the weights of the best dev BLEU in MODEL_DIR/best/ckpt.")
-flags.DEFINE_string(
-    "init_from", None,
+flags.DEFINE(
+    InitFromParser(), "init_from", None,
     "Fine-tune: start this new run from the model weights of another run, RUN_DIR (its averaged, "
-    "else ema, else best, else latest checkpoint) or a checkpoint prefix (e.g. runs/x/ckpt-1000). Only the "
+    "else ema, else best, else latest checkpoint), a checkpoint prefix (e.g. runs/x/ckpt-1000), "
+    "a SavedModel this project exported (e.g. saved_models/x) or shipped: the model that comes "
+    "with the project (saved_models/README.md; ./shipped for a folder of that name). Only the "
     "weights: a fresh optimizer, step 0, the schedule of --warmup_steps and "
-    "--learning_rate_scale. It trains with the source run's vocabulary (a warning names its "
+    "--learning_rate_scale. It trains with the source's vocabulary (a warning names its "
     "unknown-piece rate on this training text), and the model flags must give the source's "
     "architecture (dropouts and label smoothing may differ). Recorded in MODEL_DIR/config.json; "
-    "a run with checkpoints of its own resumes from them. Unset: random initialisation.")
+    "a run with checkpoints of its own resumes from them. Unset: random initialisation.",
+    serializer=flags.ArgumentSerializer())
 flags.DEFINE_integer(
     "early_stopping_patience", 0,
     "Stop after this many dev evaluations (every --dev_every_steps) in a row without an "

@@ -10,9 +10,8 @@ import os
 import re
 
 from keras_transformer import writing
-
-VOCABULARY_ASSET = "vocab.model"
-CONFIG_ASSET = "config.json"
+from keras_transformer.inference import (CONFIG_ASSET, VOCABULARY_ASSET, exported_version_path,
+                                         recorded_settings)
 
 
 @contextlib.contextmanager
@@ -87,20 +86,6 @@ def export_settings(translator):
     return settings
 
 
-def recorded_settings(path):
-    """The ``export_settings`` the SavedModel at ``path`` (a version folder, or a base folder: its
-    highest version) carries in ``assets/config.json``, or None where there is no readable one
-    (not an export of this project)."""
-    from keras_transformer.inference import exported_version_path
-
-    try:
-        with open(os.path.join(exported_version_path(path), "assets", CONFIG_ASSET)) as stream:
-            settings = json.load(stream)
-    except (OSError, ValueError):
-        return None
-    return settings if isinstance(settings, dict) else None
-
-
 def recorded_weights(path):
     """Where the weights of the SavedModel at ``path`` came from, as it records them: ``from
     runs/x/averaged/ckpt``, ``step 8000, dev BLEU 21.3`` (a best export's), both, or None (an
@@ -119,8 +104,6 @@ def version_holding(model_base_path, checkpoint):
     """The highest version under ``model_base_path`` if it was exported from ``checkpoint`` (a
     prefix) after that checkpoint was last written, so that it holds its weights; else None. A run
     exported again without training in between needs no new version."""
-    from keras_transformer.inference import exported_version_path
-
     try:
         path = exported_version_path(model_base_path)
     except ValueError:

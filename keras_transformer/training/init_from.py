@@ -1,12 +1,14 @@
 """Fine-tuning: a new run whose model starts from the weights of another run (fairseq's
 ``--restore-file --reset-optimizer --reset-lr-scheduler``, OpenNMT-tf's ``--checkpoint_path``).
 
-``TrainingConfig(init_from=RUN_OR_CHECKPOINT)``: a run folder (its default checkpoint: averaged,
-else ema, else best, else latest, see ``runs.default_checkpoint``) or a checkpoint prefix. Only the model's
-weights are loaded; the optimizer, the step and the schedule start fresh. The new run uses the
-source run's vocabulary (its embedding rows belong to it) and must have the same architecture;
-the regularisers (dropouts, label smoothing) may differ. Its ``config.json`` records the source
-(``"init_from"``), and a resumed run continues from its own checkpoints, not the source's.
+``TrainingConfig(init_from=SOURCE)``: a run folder (its default checkpoint: averaged, else ema,
+else best, else latest, see ``runs.default_checkpoint``), a checkpoint prefix, or a SavedModel of
+the project's export (a version folder, or the model's folder: its highest version), such as the
+shipped model, which comes without its run. Only the model's weights are loaded; the optimizer, the
+step and the schedule start fresh. The new run uses the source's vocabulary (its embedding rows
+belong to it) and must have the same architecture; the regularisers (dropouts, label smoothing)
+may differ. Its ``config.json`` records the source (``"init_from"``), and a resumed run continues
+from its own checkpoints, not the source's.
 """
 
 import dataclasses
@@ -25,6 +27,7 @@ FREE_FIELDS = ("dropout_rate", "attention_dropout", "relu_dropout", "label_smoot
 # text badly: a vocabulary learned on a text leaves (character_coverage 0.9999) next to none.
 UNKNOWN_PIECE_WARNING = 0.01
 _BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
+SAVED_MODEL = "saved_model"  # InitSource.name of an exported SavedModel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,11 +35,17 @@ class InitSource:
     """Where a fine-tuned run's weights come from."""
 
     given: str           # what the user passed
-    run_dir: str         # the source run's folder
-    checkpoint: str      # the checkpoint prefix restored
-    name: Optional[str]  # averaged/best/latest when chosen by default, None for a named prefix
+    run_dir: Optional[str]  # the source run's folder; None for a SavedModel
+    checkpoint: str      # the checkpoint prefix restored, or the SavedModel's version folder
+    name: Optional[str]  # averaged/ema/best/latest when chosen by default, saved_model for an
+    #                      export, None for a named prefix
     model_config: object  # the source's TransformerConfig
     vocab_path: str      # the source's vocabulary (or why it was not found)
+    config_path: str     # the file that describes the source's model
+
+    @property
+    def is_export(self) -> bool:
+        return self.name == SAVED_MODEL
 
     def record(self) -> dict:
         """What the new run's config.json keeps under ``"init_from"``."""
@@ -53,10 +62,15 @@ def resolve(given: str) -> InitSource:
     import tensorflow as tf
 
     if not given:
-        raise _error(given, "empty; name a run folder or a checkpoint prefix.")
+        raise _error(given, "empty; name a run folder, a checkpoint prefix or a SavedModel.")
     name = None
+    if tf.io.gfile.isdir(given) and _is_export(given):
+        return _export_source(given)
     if tf.io.gfile.isdir(given):
         run_dir = given
+        if not tf.io.gfile.exists(os.path.join(given, runs.CONFIG_FILE)):
+            raise _error(given, f"no {runs.CONFIG_FILE}: not the model_dir of a training run, nor "
+                                "a SavedModel (no saved_model.pb, no version folder with one).")
         try:
             run = runs.read_config(run_dir)
             name, checkpoint = runs.default_checkpoint(run_dir)
@@ -65,8 +79,8 @@ def resolve(given: str) -> InitSource:
     else:
         checkpoint = given[:-len(".index")] if given.endswith(".index") else given
         if not tf.io.gfile.exists(checkpoint + ".index"):
-            raise _error(given, f"no such run folder or checkpoint (no folder {given}, no "
-                                f"{checkpoint}.index).")
+            raise _error(given, f"no such run folder, checkpoint or SavedModel (no folder {given}, "
+                                f"no {checkpoint}.index).")
         # A training checkpoint lies in its run folder, an averaged or best one a level below.
         folder = os.path.dirname(checkpoint) or "."
         candidates = [folder, os.path.dirname(folder) or "."]
@@ -84,7 +98,34 @@ def resolve(given: str) -> InitSource:
         vocab_path = runs.vocabulary_path(run_dir, run)
     except ValueError as error:  # needed only by a run that reads text (see tokenizer_for)
         vocab_path = str(error)
-    return InitSource(given, run_dir, checkpoint, name, model_config, vocab_path)
+    return InitSource(given, run_dir, checkpoint, name, model_config, vocab_path,
+                      f"{run_dir}/{runs.CONFIG_FILE}")
+
+
+def _is_export(folder: str) -> bool:
+    """Whether ``folder`` is a SavedModel or a model's folder of versions, not a run."""
+    from keras_transformer.inference import exported_version_path
+
+    if os.path.isfile(os.path.join(folder, runs.CONFIG_FILE)):
+        return False
+    try:
+        return bool(exported_version_path(folder))
+    except ValueError:
+        return False
+
+
+def _export_source(given: str) -> InitSource:
+    from keras_transformer.inference import (CONFIG_ASSET, VOCABULARY_ASSET,
+                                             exported_model_config, exported_version_path)
+
+    version = exported_version_path(given)
+    try:
+        model_config = exported_model_config(version)
+    except ValueError as error:
+        raise _error(given, str(error)) from None
+    return InitSource(given, None, version, SAVED_MODEL, model_config,
+                      os.path.join(version, "assets", VOCABULARY_ASSET),
+                      os.path.join(version, "assets", CONFIG_ASSET))
 
 
 def differences(source_config, config) -> list:
@@ -102,13 +143,13 @@ def check_model(source: InitSource, config) -> None:
     """A ValueError naming every architecture difference between ``config`` and the source's."""
     changed = differences(source.model_config, config)
     if changed:
-        raise _error(source.given, f"its model ({source.run_dir}/{runs.CONFIG_FILE}) differs from "
-                                   f"this run's: {'; '.join(changed)}; pass the source run's "
-                                   "model flags (--preset, --d_model, --num_layers, ...).")
+        raise _error(source.given, f"its model ({source.config_path}) differs from this run's: "
+                                   f"{'; '.join(changed)}; pass the source's model flags "
+                                   "(--preset, --d_model, --num_layers, ...).")
 
 
 def restore(model, source: InitSource) -> None:
-    """Loads the source checkpoint's model weights into ``model`` (its optimizer state, step and
+    """Loads the source's model weights into ``model`` (a checkpoint's optimizer state, step and
     schedule are not read).
 
     Through a model of the source's own config: a checkpoint holds the model's variables as one
@@ -117,10 +158,14 @@ def restore(model, source: InitSource) -> None:
     (the floating-point variables) are the same list in both, and are copied in order."""
     import tensorflow as tf
 
+    from keras_transformer.inference import restore_from_export
+
     source_model = build_model(source.model_config)
     try:
-        restore_model(source_model, source.checkpoint,
-                      config_path=f"{source.run_dir}/{runs.CONFIG_FILE}")
+        if source.is_export:
+            restore_from_export(source_model, source.checkpoint)
+        else:
+            restore_model(source_model, source.checkpoint, config_path=source.config_path)
     except ValueError as error:
         raise _error(source.given, str(error)) from None
     weights = [v for v in source_model.variables if tf.as_dtype(v.dtype).is_floating]
