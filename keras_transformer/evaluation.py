@@ -1,7 +1,11 @@
 """BLEU, measured two ways and always labelled, and chrF beside it.
 
 - ``sacrebleu_score``: sacreBLEU on detokenized text (its signature travels with the number). This is
-  the comparable figure.
+  the comparable figure. Its tokenizer is the one sacreBLEU chooses for the target language (13a; for
+  Chinese ``zh``, for Japanese ``ja-mecab``, for Korean ``ko-mecab``); where the language is not known
+  (your own files), Chinese and Japanese references, written without spaces between words, are
+  recognised by their script (``written_language``): under 13a a whole sentence of them would be
+  one word, and any translation but an exact one would score near 0.
 - ``chrf_score``: sacreBLEU's chrF2 (character 6-gram F-score, recall weighted twice) on the same
   detokenized text, with its signature. On short sentences, where one wrong word leaves BLEU few
   n-grams to count, it is the steadier second opinion.
@@ -12,13 +16,14 @@
   without its label.
 
 Beside every score go its **floors** on the same sentences (:func:`floors`): copying the source, and a
-translation memory (the German of the TF-IDF-nearest English training sentence). A model below the
+translation memory (the target of the TF-IDF-nearest training source: for the main job, the German of
+the nearest English sentence). A model below the
 memory has not learned to translate, whatever its BLEU (:func:`verdict`, on sacreBLEU).
 """
 
 import dataclasses
 import re
-from typing import Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import sacrebleu
 from sacremoses import MosesTokenizer
@@ -62,10 +67,41 @@ def _result(label, metric, bleu):
     return BleuResult(label, bleu.score, str(metric.get_signature()), tuple(bleu.precisions), bleu.bp)
 
 
-def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str]) -> BleuResult:
-    """sacreBLEU with its defaults (13a tokenization, mixed case, exponential smoothing)."""
+# Letters of the scripts written without spaces between words: Chinese characters (CJK unified
+# ideographs, extension A, compatibility ideographs) and Japanese kana (hiragana, katakana, their
+# phonetic extensions, half-width katakana).
+_HAN = re.compile("[\u4e00-\u9fff\u3400-\u4dbf\uf900-\ufaff]")
+_KANA = re.compile("[\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+_LETTER = re.compile(r"[^\W\d_]")
+# Japanese text mixes kana into its Chinese characters; Chinese text has none.
+KANA_SHARE_OF_JAPANESE = 0.05
+
+
+def written_language(texts: Sequence[str]) -> Optional[str]:
+    """"zh" or "ja" when most letters of ``texts`` are Chinese characters or kana (with kana among
+    them: Japanese), else None: a script whose words have spaces between them, which sacreBLEU's
+    default tokenizer splits."""
+    text = "\n".join(texts)
+    letters, han, kana = (len(pattern.findall(text)) for pattern in (_LETTER, _HAN, _KANA))
+    if not letters or han + kana <= letters / 2:
+        return None
+    return "ja" if kana > KANA_SHARE_OF_JAPANESE * letters else "zh"
+
+
+def sacrebleu_score(hypotheses: Sequence[str], references: Sequence[str],
+                    lang: Optional[str] = None) -> BleuResult:
+    """sacreBLEU with its defaults (mixed case, exponential smoothing) and the tokenizer it chooses
+    for the target language ``lang`` (None: not known; then ``written_language`` of the
+    references). A tokenizer whose package is missing (ja-mecab, ko-mecab) is a ValueError
+    naming what to install."""
     hypotheses, references = _check(hypotheses, references)
-    metric = sacrebleu.BLEU()
+    language = lang or written_language(references) or ""
+    try:
+        metric = sacrebleu.BLEU(trg_lang=language)
+    except (ImportError, RuntimeError):  # sacreBLEU's message spans lines; this says the same
+        raise ValueError(f"sacreBLEU's tokenizer for the target language {language!r} needs "
+                         f"packages that are not installed: pip install 'sacrebleu[{language}]'"
+                         ) from None
     return _result(SACREBLEU, metric, metric.corpus_score(hypotheses, [references]))
 
 
@@ -94,10 +130,13 @@ def _moses(lang):
     return _TOKENIZERS[lang]
 
 
-def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str], lang: str = "de") -> BleuResult:
+def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str],
+                   lang: Optional[str] = None) -> BleuResult:
     """The paper's BLEU: ``paper_tokenize`` both sides, then multi-bleu.perl's corpus BLEU
-    (whitespace tokens, case-sensitive, no smoothing)."""
+    (whitespace tokens, case-sensitive, no smoothing). ``lang``: the target language, whose Moses
+    rules are used (None, not known: the paper's, German; the signature names them)."""
     hypotheses, references = _check(hypotheses, references)
+    lang = lang or "de"
     metric = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True)
     bleu = metric.corpus_score([paper_tokenize(h, lang) for h in hypotheses],
                                [[paper_tokenize(r, lang) for r in references]])
@@ -123,17 +162,17 @@ class Evaluation:
 
 
 def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str],
-                          lang: str = "de") -> Evaluation:
+                          lang: Optional[str] = None) -> Evaluation:
     """sacreBLEU, the paper's tokenized compound-split BLEU and chrF of ``hypotheses`` (one per
-    reference, in order; ``lang`` is the target language, for the Moses tokenizer)."""
+    reference, in order; ``lang`` is the target language, None if not known)."""
     hypotheses, references = _check(hypotheses, references)
-    return Evaluation(sacrebleu_score(hypotheses, references),
+    return Evaluation(sacrebleu_score(hypotheses, references, lang),
                       tokenized_bleu(hypotheses, references, lang),
                       chrf_score(hypotheses, references), len(references))
 
 
 def translate_and_evaluate(translate_fn, sources: Sequence[str], references: Sequence[str],
-                           lang: str = "de", batch_size: int = 32, progress=None):
+                           lang: Optional[str] = None, batch_size: int = 32, progress=None):
     """Translates ``sources`` with ``translate_fn`` (tf.string [batch] -> ``{"translations", ...}``:
     ``Translator.translate_text`` or an exported ``serving_default`` signature; see
     ``inference.translate_in_batches``) and scores the output against ``references``.
@@ -152,6 +191,8 @@ def translate_and_evaluate(translate_fn, sources: Sequence[str], references: Seq
 
 COPY = "copy the source"
 MEMORY = "translation memory"
+# How many training sources show the memory their script.
+SCRIPT_SAMPLE = 2000
 
 
 def copy_floor(sources: Sequence[str]) -> list:
@@ -164,7 +205,10 @@ class TranslationMemory:
     by TF-IDF cosine (scikit-learn's ``TfidfVectorizer`` over word unigrams and bigrams, rows
     L2-normalised, so a sparse dot product is the cosine). Case is kept: in documentation the
     capitalised words are the names of menus and dialogs, and matching them retrieves better
-    (chosen on the LibreOffice dev split, against lower-casing and sublinear counts)."""
+    (chosen on the LibreOffice dev split, against lower-casing and sublinear counts). Sources in a
+    script without spaces between words (``written_language``) are matched by character unigrams
+    and bigrams instead, the length of most Chinese words: as words, a whole sentence would be one.
+    """
 
     def __init__(self, train_pairs: Sequence[Tuple[str, str]]):
         from sklearn.feature_extraction.text import TfidfVectorizer
@@ -173,8 +217,12 @@ class TranslationMemory:
         if not train_pairs:
             raise ValueError("a translation memory needs training pairs; got none.")
         self._targets = [target for _, target in train_pairs]
-        self._vectorizer = TfidfVectorizer(ngram_range=(1, 2), lowercase=False,
-                                           token_pattern=r"(?u)\b\w+\b")
+        if written_language([source for source, _ in train_pairs[:SCRIPT_SAMPLE]]):
+            self._vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 2),
+                                               lowercase=False)
+        else:
+            self._vectorizer = TfidfVectorizer(ngram_range=(1, 2), lowercase=False,
+                                               token_pattern=r"(?u)\b\w+\b")
         self._matrix = self._vectorizer.fit_transform([source for source, _ in train_pairs])
 
     def nearest(self, sources: Sequence[str], batch_size: int = 256) -> Tuple[list, list]:
@@ -210,7 +258,7 @@ class Floors:
 
 
 def floors(sources: Sequence[str], references: Sequence[str],
-           train_pairs: Sequence[Tuple[str, str]], lang: str = "de") -> Floors:
+           train_pairs: Sequence[Tuple[str, str]], lang: Optional[str] = None) -> Floors:
     """Copy and translation-memory BLEU (both ways) and chrF on ``sources``/``references``."""
     memory = TranslationMemory(train_pairs).lookup(list(sources))
     return Floors(evaluate_translations(copy_floor(sources), references, lang),

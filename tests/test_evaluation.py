@@ -63,6 +63,45 @@ def test_sacrebleu_equals_reference_formula_on_13a_tokens():
     assert str(result).startswith("sacreBLEU = ")
 
 
+def test_chinese_references_get_sacrebleus_chinese_tokenizer_without_being_told():
+    """Own files have no language: Chinese, written without spaces, is recognised by its script.
+    Under 13a each sentence would be one word; under sacreBLEU's zh tokenizer every character is
+    one, so BLEU is the from-scratch BLEU over characters."""
+    references = ["今天天气很好。", "我们明天去北京看朋友。"]
+    hypotheses = ["今天天气很好。", "我们明天去上海看朋友。"]  # every n-gram order shared
+    result = sacrebleu_score(hypotheses, references)
+    assert result.score == pytest.approx(reference_bleu([" ".join(h) for h in hypotheses],
+                                                        [" ".join(r) for r in references]), abs=1e-6)
+    assert "|tok:zh|" in result.signature
+    as_words = sacrebleu_score(hypotheses, references, lang="de")
+    assert "|tok:13a|" in as_words.signature and as_words.score < result.score - 10
+    assert evaluation.evaluate_translations(hypotheses, references).sacrebleu == result
+
+
+@pytest.mark.parametrize("texts,language", [
+    (["今天天气很好。", "我们去北京。"], "zh"),
+    (["私は学生です。", "今日は天気がいいです。"], "ja"),  # kana among the characters
+    (["東京大学"], "zh"),  # no kana: Chinese characters alone cannot tell
+    (["안녕하세요 여러분"], None),  # Korean has spaces between its words
+    (["Das Büro in 北京 ist klein."], None),  # a few characters in Latin text
+    (["", "123 !"], None),
+])
+def test_written_language_by_script(texts, language):
+    assert evaluation.written_language(texts) == language
+
+
+def test_a_tokenizer_that_cannot_run_is_one_line_naming_the_package(monkeypatch):
+    import sacrebleu
+
+    def missing(**kwargs):
+        raise RuntimeError("\nJapanese tokenization requires extra dependencies\n")
+
+    monkeypatch.setattr(sacrebleu, "BLEU", missing)
+    with pytest.raises(ValueError, match=re.escape("target language 'ja' needs packages that are "
+                                                   "not installed: pip install 'sacrebleu[ja]'")):
+        sacrebleu_score(["今日は"], ["今日は"])
+
+
 CHRF_SIGNATURE = re.compile(r"nrefs:1\|case:mixed\|eff:yes\|nc:6\|nw:0\|space:no\|version:[\d.]+")
 
 
@@ -173,6 +212,17 @@ def test_translation_memory_finds_exact_matches_and_the_nearest_pair():
     # exact matches: the German of that very sentence (the first of two on a tie)
     assert lookup[:2] == ["Wählen Sie eine Zelle.", "Klicken Sie auf die Schaltfläche OK."]
     assert similarities[0] == pytest.approx(1.0) and similarities[-1] == 0.0
+
+
+def test_a_memory_of_chinese_sources_matches_their_characters():
+    """Chinese sources have no spaces: as words each would be one, and only an identical sentence
+    would match (every other source at cosine 0, pair 0)."""
+    train = [("我们明天去北京。", "We go to Beijing tomorrow."),
+             ("今天天气很好。", "The weather is fine today."),
+             ("这本书很好看。", "This book is good.")]
+    memory = evaluation.TranslationMemory(train)
+    indices, similarities = memory.nearest(["今天天气不好。", "那本书很好看吗"])
+    assert indices == [1, 2] and all(0 < s < 1 for s in similarities)
 
 
 def test_the_memorys_chrf_is_that_of_the_retrieved_translations():

@@ -133,6 +133,14 @@ def test_vocabulary_defaults():
     assert a != b  # one vocabulary per training corpus
 
 
+def test_own_files_have_no_known_target_language():
+    """The evaluation then reads the script of the references (evaluation.written_language), where
+    a built-in corpus names its language."""
+    assert data.DataConfig(dataset="files", train_data="a.tsv").target_language is None
+    assert data.DataConfig(dataset="libreoffice_help_en_de").target_language == "de"
+    assert data.DataConfig(dataset="wmt14_en_fr").target_language == "fr"
+
+
 def test_corpus_empty_after_length_filter_names_the_file(tmp_path):
     from test_batching import NumberTokenizer
 

@@ -65,8 +65,11 @@ flags.DEFINE_bool("floors", False,
                   "Also score the two floors on the same sentences, copying the source and a "
                   "translation memory (the German of the TF-IDF-nearest English training "
                   "sentence), and say in one line whether the model beats the memory.")
-flags.DEFINE_string("lang", None, "Target language for the Moses tokenizer of the tokenized BLEU "
-                    "(default: fr for wmt14_en_fr, else de).")
+flags.DEFINE_string("lang", None, "Target language code: sacreBLEU's tokenizer for it (zh, "
+                    "ja-mecab, ko-mecab for zh, ja, ko; else 13a) and the Moses rules of the "
+                    "tokenized BLEU. Default: fr for wmt14_en_fr, de for the other corpora; with "
+                    "--dataset=files not known: Chinese and Japanese references are recognised "
+                    "by their script, and Moses' German rules (the paper's) are used.")
 
 # Where the corpus scored can come from besides the data flags: a record of it.
 RECORDS = ("the run", "the export")

@@ -102,9 +102,12 @@ class DataConfig:
         return DEFAULT_VOCAB_SIZES.get(self.dataset, DEFAULT_VOCAB_SIZE)
 
     @property
-    def target_language(self) -> str:
-        """The language code of the target side, for sacreBLEU's tokenizer and the compound
-        splitting of the paper's BLEU: "fr" for WMT14 En-Fr, else "de"."""
+    def target_language(self) -> Optional[str]:
+        """The language code of the target side, for sacreBLEU's tokenizer and the Moses rules of
+        the paper's BLEU: "fr" for WMT14 En-Fr, None for your own files (not known: the evaluation
+        reads the script of their references), else "de"."""
+        if self.dataset == FILES_DATASET:
+            return None
         return WMT14[self.dataset][1] if self.dataset in WMT14 else "de"
 
     @property
