@@ -193,6 +193,12 @@ COPY = "copy the source"
 MEMORY = "translation memory"
 # How many training sources show the memory their script.
 SCRIPT_SAMPLE = 2000
+# The largest corpus whose memory keeps every n-gram (TranslationMemory), and the columns the
+# n-grams of a larger one are hashed into.
+EXACT_PAIRS = 500_000
+HASHED_FEATURES = 2 ** 24
+# Sources looked up at a time, and the cosines (float64) one batch may hold.
+MAX_BATCH, SCORES_PER_BATCH = 256, 2 ** 25
 
 
 def copy_floor(sources: Sequence[str]) -> list:
@@ -208,32 +214,59 @@ class TranslationMemory:
     (chosen on the LibreOffice dev split, against lower-casing and sublinear counts). Sources in a
     script without spaces between words (``written_language``) are matched by character unigrams
     and bigrams instead, the length of most Chinese words: as words, a whole sentence would be one.
+
+    Above ``EXACT_PAIRS`` training pairs (WMT's millions) the n-grams are hashed into
+    ``HASHED_FEATURES`` columns (``HashingVectorizer``, then the same TF-IDF weights): the exact
+    vectorizer keeps every distinct n-gram as a Python string, and its memory grows past a
+    machine's with the corpus, while the hashed one's stays that of the sparse matrix. Two n-grams
+    meet in one column only by a hash collision, which at this width is rare; as the exact one
+    does, a source's n-grams that no training source has are left out of its vector.
     """
 
     def __init__(self, train_pairs: Sequence[Tuple[str, str]]):
-        from sklearn.feature_extraction.text import TfidfVectorizer
+        from sklearn.feature_extraction.text import (HashingVectorizer, TfidfTransformer,
+                                                     TfidfVectorizer)
 
         train_pairs = list(train_pairs)
         if not train_pairs:
             raise ValueError("a translation memory needs training pairs; got none.")
         self._targets = [target for _, target in train_pairs]
         if written_language([source for source, _ in train_pairs[:SCRIPT_SAMPLE]]):
-            self._vectorizer = TfidfVectorizer(analyzer="char", ngram_range=(1, 2),
-                                               lowercase=False)
+            options = dict(analyzer="char", ngram_range=(1, 2), lowercase=False)
         else:
-            self._vectorizer = TfidfVectorizer(ngram_range=(1, 2), lowercase=False,
-                                               token_pattern=r"(?u)\b\w+\b")
-        self._matrix = self._vectorizer.fit_transform([source for source, _ in train_pairs])
+            options = dict(ngram_range=(1, 2), lowercase=False, token_pattern=r"(?u)\b\w+\b")
+        sources = [source for source, _ in train_pairs]
+        if len(train_pairs) > EXACT_PAIRS:
+            hasher = HashingVectorizer(n_features=HASHED_FEATURES, alternate_sign=False,
+                                       norm=None, **options)
+            weights = TfidfTransformer()  # TfidfVectorizer's: smoothed idf, l2-normalised rows
+            counts = hasher.transform(sources)
+            seen = counts.getnnz(axis=0) > 0
 
-    def nearest(self, sources: Sequence[str], batch_size: int = 256) -> Tuple[list, list]:
+            def vectorize(texts):
+                counts = hasher.transform(texts)
+                counts.data *= seen[counts.indices]
+                counts.eliminate_zeros()
+                return weights.transform(counts)
+
+            matrix, self._vectorize = weights.fit_transform(counts), vectorize
+        else:
+            vectorizer = TfidfVectorizer(**options)
+            matrix, self._vectorize = vectorizer.fit_transform(sources), vectorizer.transform
+        self._columns = matrix.T.tocsr()  # n-grams x pairs: the side a product with sources reads
+
+    def nearest(self, sources: Sequence[str]) -> Tuple[list, list]:
         """(index of the nearest training pair, its cosine) per source. Ties go to the earliest
         pair; a source without any known word has cosine 0 and gets pair 0."""
         import numpy as np
 
+        # A source's cosines with every pair are one dense row (common words reach nearly all
+        # pairs): as many sources at a time as keep SCORES_PER_BATCH of them.
+        batch_size = max(1, min(MAX_BATCH, SCORES_PER_BATCH // len(self._targets)))
         indices, similarities = [], []
         for start in range(0, len(sources), batch_size):
-            scores = (self._vectorizer.transform(list(sources[start:start + batch_size]))
-                      @ self._matrix.T).toarray()
+            scores = (self._vectorize(list(sources[start:start + batch_size]))
+                      @ self._columns).toarray()
             best = np.argmax(scores, axis=1)  # the first maximum: the earliest pair on ties
             indices.extend(int(i) for i in best)
             similarities.extend(float(s) for s in scores[np.arange(len(best)), best])
