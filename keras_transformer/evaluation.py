@@ -17,8 +17,8 @@
 
 Beside every score go its **floors** on the same sentences (:func:`floors`): copying the source, and a
 translation memory (the target of the TF-IDF-nearest training source: for the main job, the German of
-the nearest English sentence). A model below the
-memory has not learned to translate, whatever its BLEU (:func:`verdict`, on sacreBLEU).
+the nearest English sentence). A model below the memory has not learned to translate, whatever its
+BLEU (:func:`verdict`, on sacreBLEU).
 """
 
 import dataclasses

@@ -30,6 +30,7 @@ never saw longer sources in training, so translating the rest would be a guess.
 
 import dataclasses
 import functools
+import json
 import os
 from typing import Callable, List, Sequence
 
@@ -548,8 +549,6 @@ def recorded_settings(path):
     """The ``export_settings`` the SavedModel at ``path`` (a version folder, or a base folder: its
     highest version) carries in ``assets/config.json``, or None where there is no readable one
     (not an export of this project)."""
-    import json
-
     try:
         with open(os.path.join(exported_version_path(path), "assets", CONFIG_ASSET)) as stream:
             settings = json.load(stream)

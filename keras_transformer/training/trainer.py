@@ -73,10 +73,10 @@ class TrainingConfig:
 
     ``init_from``: a run folder, checkpoint prefix or SavedModel whose model weights a new run
     starts from (fine-tuning, see ``training/init_from.py``); a run with checkpoints of its own
-    resumes from them instead. ``early_stopping_patience``: stop after this many dev evaluations (every
-    ``dev_every_steps``) without an improvement of the dev ``early_stopping_metric`` ("loss" or
-    "bleu", the latter needs a dev-BLEU callback) by more than ``early_stopping_min_delta``
-    (None: never). ``ema_decay``: keep an exponential moving average of the weights with this
+    resumes from them instead. ``early_stopping_patience``: stop after this many dev evaluations
+    (every ``dev_every_steps``) without an improvement of the dev ``early_stopping_metric``
+    ("loss" or "bleu", the latter needs a dev-BLEU callback) by more than
+    ``early_stopping_min_delta`` (None: never). ``ema_decay``: keep an exponential moving average of the weights with this
     decay in (0, 1) (``training/ema.py``): the dev set is evaluated with it, and the end of
     training writes it to ``model_dir/ema/ckpt`` (None: no average).
     """
@@ -145,7 +145,8 @@ class TrainingConfig:
             raise ValueError(f"ema_decay must be a number in (0, 1), e.g. 0.999, got "
                              f"{self.ema_decay!r}.")
         if self.init_from is not None and not self.init_from:
-            raise ValueError("init_from='': name a run folder, a checkpoint prefix or a SavedModel, or None.")
+            raise ValueError("init_from='': name a run folder, a checkpoint prefix or a "
+                             "SavedModel, or None.")
         if not 0 <= self.average_last <= self.keep_checkpoints:
             raise ValueError(f"average_last={self.average_last} must be between 0 and "
                              f"keep_checkpoints={self.keep_checkpoints} (older checkpoints are "
