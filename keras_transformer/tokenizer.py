@@ -21,6 +21,7 @@ import functools
 import hashlib
 import io
 import os
+import re
 from typing import Iterable, Optional
 
 import tensorflow as tf
@@ -130,15 +131,24 @@ class SubwordTokenizer(tf.Module):
             if raised:
                 raise raised[0] from None
             message = str(e)
+            # SentencePiece's numbers ("... 320 vs 334.", "... <= 465.") become the nearest size
+            # that works; its own advice names options of its trainer this project does not have.
+            needed = re.search(r"(\d+) vs (\d+)", message)
+            most = re.search(r"<= (\d+)", message)
             if "smaller than required_chars" in message:
+                advice = (f"choose at least {-(-int(needed.group(2)) // 8) * 8}" if needed
+                          else f"choose a larger multiple of 8 (SentencePiece: {message.strip()})")
                 raise ValueError(
                     f"vocab_size={vocab_size} is too small for the characters of this training "
-                    f"text (SentencePiece: {message.strip()}); choose a larger multiple of 8."
+                    f"text (each needs a piece of its own, besides the 260 reserved and byte "
+                    f"pieces): {advice}."
                 ) from None
             if "Vocabulary size" in message or "vocab_size" in message:
+                advice = (f"choose at most {int(most.group(1)) // 8 * 8}" if most
+                          else f"choose a smaller multiple of 8 (SentencePiece: {message.strip()})")
                 raise ValueError(
-                    f"vocab_size={vocab_size} is too large for this training text "
-                    f"(SentencePiece: {message.strip()}); choose a smaller multiple of 8."
+                    f"vocab_size={vocab_size} is too large for this training text (it has fewer "
+                    f"distinct pieces to learn): {advice}."
                 ) from None
             raise ValueError(f"learning the subword vocabulary failed: {message}") from None
         model_proto = buffer.getvalue()

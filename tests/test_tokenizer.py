@@ -1,6 +1,7 @@
 """The shared subword vocabulary (keras_transformer/tokenizer.py)."""
 
 import os
+import re
 import signal
 
 import numpy as np
@@ -120,12 +121,22 @@ def test_saved_model_takes_and_returns_strings(tokenizer, tmp_path):
 def test_bad_vocabulary_sizes_and_files(tmp_path):
     with pytest.raises(ValueError, match=r"vocab_size=321: must be a multiple of 8"):
         SubwordTokenizer.learn(iter(SENTENCES), 321)
-    with pytest.raises(ValueError, match=r"vocab_size=8000 is too large"):
+    # The sizes the errors advise are the nearest that work.
+    with pytest.raises(ValueError, match=r"vocab_size=8000 is too large .*: choose at most") as error:
         SubwordTokenizer.learn(iter(SENTENCES), 8000)
+    most = int(re.search(r"at most (\d+)", str(error.value)).group(1))
+    assert most % 8 == 0 and SubwordTokenizer.learn(iter(SENTENCES), most).vocab_size == most
+    with pytest.raises(ValueError, match="too large"):
+        SubwordTokenizer.learn(iter(SENTENCES), most + 8)
     # More distinct characters than subwords: the opposite advice.
     many_characters = ["".join(chr(0x4E00 + 7 * i + j) for j in range(7)) for i in range(60)]
-    with pytest.raises(ValueError, match=r"vocab_size=264 is too small .* larger multiple"):
+    with pytest.raises(ValueError, match=r"vocab_size=264 is too small .*: choose at least") as error:
         SubwordTokenizer.learn(iter(many_characters), 264)
+    least = int(re.search(r"at least (\d+)", str(error.value)).group(1))
+    assert least % 8 == 0
+    assert SubwordTokenizer.learn(iter(many_characters), least).vocab_size == least
+    with pytest.raises(ValueError, match="too small"):
+        SubwordTokenizer.learn(iter(many_characters), least - 8)
     with pytest.raises(ValueError, match=r"vocabulary file not found: .*missing.model"):
         SubwordTokenizer.load(str(tmp_path / "missing.model"))
     bad = tmp_path / "bad.model"
