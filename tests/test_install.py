@@ -19,7 +19,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Packages the project's lines may name besides itself: optional tools, installed by their names.
-THIRD_PARTY = {"ctranslate2", "sentencepiece", "tensorboard", "pip", "build"}
+THIRD_PARTY = {"ctranslate2", "sentencepiece", "tensorboard", "pip", "build", "sacrebleu"}
 
 
 def shown_text():
