@@ -228,6 +228,12 @@ COMMAND_CASES = (
     # translate and evaluate with no model flag use the main job's model (test_shipped_model.py)
     + [("evaluate", args, message) for args, message in RUN_CASES[:2] + DECODE_CASES[:3]]
     + [("export", args, message) for args, message in RUN_CASES[:2] + RUN_CASES[6:8]]
+    # a SavedModel where a run belongs: named as one, and the flag it goes to where there is one
+    + [("translate", ["--model_dir={export}"], "--model_dir={export}: not the model_dir of a "
+        "training run (no config.json in it); it is a SavedModel, an export: pass it as "
+        "--saved_model"),
+       ("export", ["--model_dir={base}/exports/tiny"], "--model_dir={base}/exports/tiny: not the "
+        "model_dir of a training run (no config.json in it); it is a SavedModel, an export")]
     + [("evaluate", ["--model_dir={run}", "--split=validation"], "--split"),
        ("evaluate", ["--model_dir={run}", "--limit=0"], "--limit=0"),
        ("evaluate", ["--model_dir={run}", "--output={empty_dir}"], "--output={empty_dir}: is a folder"),

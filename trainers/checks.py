@@ -18,6 +18,16 @@ def _fail(flag, path, problem):
     raise app.UsageError(f"--{flag}={path}: {problem}")
 
 
+def holds_saved_model(path):
+    """Whether ``path`` is a SavedModel's version folder, or a model's folder of numbered ones
+    (what ``tensorflow_model_server --model_base_path`` reads)."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return True
+    return os.path.isdir(path) and any(
+        name.isdigit() and os.path.isfile(os.path.join(path, name, "saved_model.pb"))
+        for name in os.listdir(path))
+
+
 def input_file(flag, path, remedy=""):
     """``path`` exists, is a file and can be read (``remedy``: what to do if it does not exist)."""
     if writing.remote(path):
@@ -83,7 +93,13 @@ def run_dir(flag, path, checkpoint=None):
     from keras_transformer import runs
 
     if not os.path.isfile(os.path.join(path, runs.CONFIG_FILE)):
-        _fail(flag, path, f"not the model_dir of a training run (no {runs.CONFIG_FILE} in it)")
+        problem = f"not the model_dir of a training run (no {runs.CONFIG_FILE} in it)"
+        if holds_saved_model(path):
+            from absl import flags
+
+            problem += ("; it is a SavedModel, an export"
+                        + (": pass it as --saved_model" if "saved_model" in flags.FLAGS else ""))
+        _fail(flag, path, problem)
     try:
         runs.model_config(runs.read_config(path))
     except (OSError, ValueError, TypeError) as error:

@@ -5,15 +5,11 @@ training of the user's own (saved_models/README.md says how it was trained and w
 import os
 from typing import Optional
 
+from . import checks
+
 SHIPPED_NAME = "quickstart"
 # Where the main job (trainers.quickstart) trains by default, relative to the working directory.
 MAIN_JOB_RUN = os.path.join("runs", "quickstart")
-
-
-def _has_version(base: str) -> bool:
-    return os.path.isdir(base) and any(
-        name.isdigit() and os.path.isfile(os.path.join(base, name, "saved_model.pb"))
-        for name in os.listdir(base))
 
 
 def shipped_model_dir() -> Optional[str]:
@@ -27,6 +23,6 @@ def shipped_model_dir() -> Optional[str]:
     here = os.path.dirname(os.path.abspath(__file__))
     for base in (os.path.join(os.path.dirname(here), "saved_models", SHIPPED_NAME),
                  os.path.join(here, "saved_models", SHIPPED_NAME)):
-        if _has_version(base):
+        if checks.holds_saved_model(base):
             return base
     return None
