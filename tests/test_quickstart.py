@@ -318,6 +318,25 @@ def test_report_puts_the_floors_and_a_verdict_beside_the_model(smoke):
     assert record["verdict"] in report
 
 
+@pytest.mark.parametrize("dataset,named,not_named", [
+    ("files", "--train_data, --dev_data, --test_data", "--libreoffice_help_dir"),
+    ("libreoffice_help_en_de", "--libreoffice_help_dir", "your files"),
+])
+def test_a_data_stage_failure_says_what_to_do_with_the_corpus_it_read(dataset, named, not_named):
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from trainers import quickstart
+
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", f"--dataset={dataset}"])
+        with pytest.raises(SystemExit) as exit_:
+            quickstart.fail("data", "a.tsv:3: no tab")
+    text = str(exit_.value.code)
+    assert "stage 1/6 'data' failed: a.tsv:3: no tab" in text
+    assert named in text.split("What to do:")[1] and not_named not in text
+
+
 @pytest.mark.parametrize("bf16_cpu", [True, False])
 def test_each_cpu_kind_gets_its_recipe_and_the_start_line_names_it(monkeypatch, tmp_path, bf16_cpu):
     """A machine of each kind, faked (the CPU's bfloat16 matrix units, no GPU here): auto precision

@@ -117,6 +117,10 @@ REMEDIES = {
     "data": "fix what the message names and run the same command again; or point "
             "--libreoffice_help_dir (or --ding_file with --dataset=ding_de_en) at the corpus, or "
             "use --dataset=files with --train_data/--dev_data/--test_data.",
+    # The data stage's, when the corpus is the user's own files.
+    "data files": "fix what the message names (your files, or the flags naming them: "
+                  "--train_data, --dev_data, --test_data, each PATH.tsv or SRC_PATH,TGT_PATH) "
+                  "and run the same command again.",
     "train": "fix what the message names and run the same command again (training resumes "
              "from the last checkpoint in --model_dir).",
     "average": f"run `{console.program_command('average_checkpoints')} --model_dir=MODEL_DIR "
@@ -284,7 +288,10 @@ def header(stage, detail):
 
 def fail(stage, message):
     number = STAGES.index(stage) + 1
-    remedy = REMEDIES[stage].replace("MODEL_DIR", FLAGS.model_dir)
+    from keras_transformer.data.config import FILES_DATASET
+
+    own_files = stage == "data" and FLAGS.dataset == FILES_DATASET
+    remedy = REMEDIES["data files" if own_files else stage].replace("MODEL_DIR", FLAGS.model_dir)
     sys.exit(f"\nquickstart: stage {number}/{len(STAGES)} '{stage}' failed: "
              f"{console.installed_names(str(message))}\n"
              f"What to do: {remedy}")
