@@ -64,13 +64,10 @@ def resolve(given: str) -> InitSource:
     if not given:
         raise _error(given, "empty; name a run folder, a checkpoint prefix or a SavedModel.")
     name = None
-    if tf.io.gfile.isdir(given) and _is_export(given):
-        return _export_source(given)
     if tf.io.gfile.isdir(given):
         run_dir = given
         if not tf.io.gfile.exists(os.path.join(given, runs.CONFIG_FILE)):
-            raise _error(given, f"no {runs.CONFIG_FILE}: not the model_dir of a training run, nor "
-                                "a SavedModel (no saved_model.pb, no version folder with one).")
+            return _export_source(given)
         try:
             run = runs.read_config(run_dir)
             name, checkpoint = runs.default_checkpoint(run_dir)
@@ -102,23 +99,17 @@ def resolve(given: str) -> InitSource:
                       f"{run_dir}/{runs.CONFIG_FILE}")
 
 
-def _is_export(folder: str) -> bool:
-    """Whether ``folder`` is a SavedModel or a model's folder of versions, not a run."""
-    from keras_transformer.inference import exported_version_path
-
-    if os.path.isfile(os.path.join(folder, runs.CONFIG_FILE)):
-        return False
-    try:
-        return bool(exported_version_path(folder))
-    except ValueError:
-        return False
-
-
 def _export_source(given: str) -> InitSource:
+    """The source of a folder without a run's config.json: a SavedModel (a version folder or a
+    model's folder of versions), else a ValueError saying it is neither."""
     from keras_transformer.inference import (CONFIG_ASSET, VOCABULARY_ASSET,
                                              exported_model_config, exported_version_path)
 
-    version = exported_version_path(given)
+    try:
+        version = exported_version_path(given)
+    except ValueError:
+        raise _error(given, f"no {runs.CONFIG_FILE}: not the model_dir of a training run, nor "
+                            "a SavedModel (no saved_model.pb, no version folder with one).") from None
     try:
         model_config = exported_model_config(version)
     except ValueError as error:
