@@ -593,6 +593,27 @@ def restore_from_export(model, path: str) -> None:
         variable.assign(value)
 
 
+def exported_decoding_config(path):
+    """The ``DecodingConfig`` the SavedModel at ``path`` was exported with (as for
+    ``recorded_settings``), or None where it records none."""
+    try:
+        return DecodingConfig(**(recorded_settings(path) or {})["decoding"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def load_exported_translator(path: str, decoding_config=None):
+    """A ``Translator`` of the SavedModel at ``path`` rebuilt as a Keras model
+    (``load_exported_model``): the export's weights and vocabulary, searched in this process with
+    ``decoding_config`` (default: the settings it was exported with), where the export's own
+    graph has its search fixed. For what that graph does not serve: sampling, another beam or
+    length penalty, longer n-best lists."""
+    path = exported_version_path(path)
+    model, tokenizer = load_exported_model(path)
+    return Translator(model, tokenizer,
+                      decoding_config or exported_decoding_config(path) or DecodingConfig())
+
+
 def load_exported_model(path: str):
     """(Keras ``Transformer``, ``SubwordTokenizer``) of a SavedModel written by the project's
     export (``path``: the base folder or one version), for what the serving signatures do not

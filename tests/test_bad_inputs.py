@@ -186,7 +186,7 @@ DECODE_CASES = [  # evaluate and translate
     (["--saved_model={base}/missing"], "--saved_model={base}/missing: no such folder"),
     (["--saved_model={empty_dir}"], "--saved_model={empty_dir}: holds no saved_model.pb"),
     (["--saved_model={export}", "--model_dir={run}"], "model_dir, saved_model"),
-    (["--saved_model={export}", "--beam_size=3"], "--beam_size only apply with --model_dir"),
+    (["--saved_model={export}", "--checkpoint=averaged"], "--checkpoint: with --model_dir only"),
     (["--model_dir={run}", "--beam_size=0"], "--beam_size=0"),
     (["--model_dir={run}", "--alpha=-0.5"], "--alpha=-0.5"),
     (["--model_dir={run}", "--alpha=nan"], "--alpha=nan"),

@@ -289,11 +289,24 @@ def test_a_data_flag_wins_over_the_exports_record(trained_on_files):
 
 def test_a_run_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_files):
     base = trained_on_files
-    code, stdout, stderr = run("--model_dir=runs/files", "--output=run.hyp", cwd=base)
+    code, stdout, stderr = run("--model_dir=runs/files", "--beam_size=1", "--output=run.hyp",
+                               cwd=base)
     assert code == 0, stderr[-3000:]
-    data_line, count, _, hypotheses = scored(stdout, base, "run.hyp")
+    data_line, count, bleu, hypotheses = scored(stdout, base, "run.hyp")
     assert data_line == "data: files test split test.tsv (from the run)"
     assert count == len(hypotheses) == len(TEST_PAIRS)
+
+    # Its export (of the same averaged weights) with a search flag: searched here, not by its own
+    # beam-4 graph, so the same translations as the run's at beam 1.
+    code, stdout, stderr = run("--saved_model=saved_models/files", "--beam_size=1",
+                               "--output=export.hyp", cwd=base)
+    assert code == 0, stderr[-3000:]
+    assert (f"evaluate: {os.path.join('saved_models/files', '1')} (SavedModel, from "
+            f"{os.path.join('runs/files', 'averaged', 'ckpt')}), its weights searched here: beam 1, "
+            "alpha 0.6, extra length 50 on files test ") in stdout
+    data_line, *rest = scored(stdout, base, "export.hyp")
+    assert data_line == "data: files test split test.tsv (from the export)"
+    assert rest == [count, bleu, hypotheses]
 
 
 def test_an_export_without_a_record_says_so_and_uses_the_flags_defaults(exported_copy_model,

@@ -192,6 +192,35 @@ def test_nbest_signature_is_the_searchs_whole_nbest_list(exported, tmp_path):
         load_exported_nbest_fn(str(tmp_path / "old"))
 
 
+def test_an_export_rebuilt_here_searches_as_its_graph_and_with_any_other_settings(exported):
+    """``inference.load_exported_translator``: with the settings the export records, what its own
+    graph answers; with others (a wider beam, another alpha and length, sampling), what the
+    exported model in memory answers with them."""
+    from keras_transformer.inference import (DecodingConfig, SamplingConfig, Translator,
+                                             exported_decoding_config, load_exported_translator)
+
+    translator, export_dir, text_path, _, expected = exported
+    assert exported_decoding_config(text_path) == translator.decoding
+    rebuilt = load_exported_translator(os.path.join(export_dir, "tiny"))
+    assert rebuilt.decoding == translator.decoding
+    out = {k: np.asarray(v) for k, v in rebuilt.text_function()(tf.constant(INPUTS)).items()}
+    assert out["translations"].tolist() == expected["text"]["translations"].tolist()
+    np.testing.assert_allclose(out["scores"], expected["text"]["scores"], rtol=1e-6)
+
+    other = DecodingConfig(beam_size=3, alpha=1.0, extra_length=4)
+    mine = load_exported_translator(text_path, other)
+    theirs = Translator(translator.model, translator.tokenizer, other)
+    sampling = SamplingConfig(top_p=0.9, seed=5)
+    for function, args in [("nbest_function", ()), ("text_function", (sampling,))]:
+        got, want = [{k: np.asarray(v) for k, v in
+                      getattr(t, function)(*args)(tf.constant(INPUTS)).items()}
+                     for t in (mine, theirs)]
+        assert got["translations"].tolist() == want["translations"].tolist()
+        np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-5)
+        if function == "nbest_function":
+            assert got["translations"].shape == (len(INPUTS), 3)  # the beam asked for, not the export's
+
+
 def test_each_signature_is_traced_once_and_the_export_keeps_the_models_weights(tmp_path,
                                                                                  monkeypatch):
     """tf.saved_model.save retraces every tf.function it saves (keras.export.ExportArchive's

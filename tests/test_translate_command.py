@@ -139,6 +139,20 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
     assert (f"{os.path.join(export_dir, 'tiny', '7')} (SavedModel, from "
             f"{os.path.join(setup['model_dir'], 'ckpt-1')}), beam 2, alpha 0.6, extra length 6") in stderr
     assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], **BEAM), 2)
+    # Longer than its beam: one line naming the flag that searches its weights here instead...
+    version = os.path.join(export_dir, "tiny", "7")
+    assert_clean_error(run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
+                           "--n_best=3", "--text=Hello."),
+                       f"--n_best=3 exceeds the beam size 2 {version} was exported with: pass "
+                       "--beam_size=3 to search its weights here with that beam")
+    # ... which gives the run's own lists at that beam, the export's other settings kept.
+    code, stdout, stderr = run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
+                               "--n_best=3", "--beam_size=3", f"--input={setup['input']}")
+    assert code == 0, stderr
+    assert (f"translate: {version} (SavedModel, from {os.path.join(setup['model_dir'], 'ckpt-1')}), "
+            "its weights searched here: beam 3, alpha 0.6, extra length 6") in stderr
+    assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], beam_size=3,
+                                                         extra_length=6), 3)
 
     # An existing version is refused before anything is loaded.
     assert_clean_error(run("export", f"--model_dir={setup['model_dir']}", f"--export_dir={export_dir}",
@@ -379,7 +393,7 @@ def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(s
 
 def test_sampling_flags_are_checked_in_one_line_each(setup, old_export):
     """Refused before anything is loaded: a nucleus outside (0, 1], an n-best list of samples,
-    sampling through an export, an ensemble export."""
+    an ensemble export; sampling an export whose assets do not describe its model."""
     model_dir = f"--model_dir={setup['model_dir']}"
     for args, line in [
         (["--sampling_topp=1.5"], "translate: error: flag --sampling_topp=1.5: must be in (0, 1]"),
@@ -391,9 +405,12 @@ def test_sampling_flags_are_checked_in_one_line_each(setup, old_export):
         assert code == 2 and stdout == b"" and "Traceback" not in stderr, stderr
         errors = [text for text in stderr.splitlines() if text.startswith("translate:")]
         assert len(errors) == 1 and errors[0].startswith(line), stderr
-    assert_clean_error(run("translate", f"--saved_model={old_export}", "--seed=3", "--text=Hello."),
-                       "--seed only apply with --model_dir: a SavedModel decodes with the beam "
-                       "search it was exported with.")
+    # Sampling rebuilds an export's model from what its assets record: one line where they do not.
+    code, stdout, stderr = run("translate", f"--saved_model={old_export}", "--seed=3", "--text=Hello.")
+    assert code == 1 and stdout == b"" and "Traceback" not in stderr, stderr
+    assert [line for line in stderr.splitlines() if line.startswith("translate:")] == [
+        f"translate: error: {os.path.join(old_export, '1')}/assets/config.json: no model "
+        "configuration (not a SavedModel of this project's export)"], stderr
     assert_clean_error(run("export", f"--model_dir={setup['model_dir']},{setup['model_dir']}",
                            f"--export_dir={setup['base'] / 'never'}"),
                        "an ensemble cannot be exported")

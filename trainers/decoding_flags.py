@@ -18,11 +18,17 @@ flags.DEFINE_integer("extra_length", 50, "Outputs up to input length + this (sec
 NAMES = ("beam_size", "alpha", "extra_length")
 
 
-def decoding_config():
-    """The flags as an ``inference.DecodingConfig``."""
+def decoding_config(base=None):
+    """The flags as an ``inference.DecodingConfig``; with a ``base`` config (an export's own
+    settings), that config with only the flags given replacing its values."""
+    import dataclasses
+
     from keras_transformer.inference import DecodingConfig
 
-    return DecodingConfig(**{name: flags.FLAGS[name].value for name in NAMES})
+    if base is None:
+        return DecodingConfig(**{name: flags.FLAGS[name].value for name in NAMES})
+    return dataclasses.replace(base, **{name: flags.FLAGS[name].value for name in NAMES
+                                        if flags.FLAGS[name].present})
 
 
 def describe(config) -> str:
@@ -31,5 +37,6 @@ def describe(config) -> str:
 
 
 def given():
-    """The search flags given on the command line (refused where a SavedModel has them baked in)."""
+    """The search flags given on the command line (with a SavedModel: its weights are searched in
+    the program, ``run_flags.load_exported_translator``, not by its own graph)."""
     return [f"--{name}" for name in NAMES if flags.FLAGS[name].present]

@@ -36,8 +36,10 @@ them: relative ones are read from the folder evaluate runs in, so run it where t
 pass the data flags). Any data flag given (``trainers/data_flags.py``: --dataset, --test_data, ...)
 chooses the corpus instead; a run or export that records no corpus (an export written before
 exports recorded it) gets the data flags' defaults. The first line says which corpus and why.
-Beam settings apply with --model_dir (section 6.1 defaults: beam 4, alpha 0.6); a SavedModel has
-its own baked in. Several comma-separated runs in --model_dir are an ensemble, decoded together
+Beam settings apply with --model_dir (section 6.1 defaults: beam 4, alpha 0.6). A SavedModel is
+scored with the search it was exported with, by its own graph; a beam flag given with it rebuilds
+its model here and searches its weights with the settings it was exported with, each flag given
+replacing its own (``run_flags.load_exported_translator``). Several comma-separated runs in --model_dir are an ensemble, decoded together
 (memory and time grow linearly with the runs; the corpus is the first run's).
 """
 
@@ -123,14 +125,17 @@ def read_pairs(config, split, limit, origin):
 def load_translate_fn():
     from keras_transformer import inference
 
-    if FLAGS.saved_model:
+    if FLAGS.saved_model and decoding_flags.given():
+        translator, loaded = run_flags.load_exported_translator(FLAGS.saved_model)
+    elif FLAGS.saved_model:
         from keras_transformer.export.common import recorded_weights
 
         fn, source = inference.load_exported_translate_fn(FLAGS.saved_model)
         weights = recorded_weights(source)
         return fn, f"{source} ({weights})" if weights else source
-    translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
-                                                   FLAGS.vocab_path)
+    else:
+        translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
+                                                       FLAGS.vocab_path)
     return translator.text_function(), loaded
 
 
@@ -142,10 +147,9 @@ def check_flags():
     if FLAGS.model_dir is None and FLAGS.saved_model is None:
         run_flags.choose_default_model()
     if FLAGS.saved_model:
-        given = ["--checkpoint"] * FLAGS["checkpoint"].present + decoding_flags.given()
-        if given:
-            raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
-                                 "its search settings baked in.")
+        if FLAGS["checkpoint"].present:
+            raise app.UsageError("--checkpoint: with --model_dir only; a SavedModel holds its "
+                                 "weights.")
         checks.saved_model("saved_model", FLAGS.saved_model)
     if FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)

@@ -4,6 +4,7 @@ translate, export): one definition, one default, and one line saying what was lo
     from trainers import run_flags           # defines --model_dir and --checkpoint on import
     flags.adopt_module_key_flags(run_flags)
     translator, loaded = run_flags.load_translator(decoding_config, vocab_path)
+    translator, loaded = run_flags.load_exported_translator(saved_model)
 
 --model_dir may name several runs, comma-separated: an ensemble (``run_flags.model_dirs``).
 """
@@ -81,6 +82,33 @@ def load_translator(decoding_config, vocab_path=None):
         loaded = f"an ensemble of {len(members)} runs: " + ", ".join(
             f"{path} ({why})" for path, (_, why) in zip(translator.checkpoint, chosen))
     return translator, f"{loaded}, {decoding_flags.describe(translator.decoding)}"
+
+
+def describe_export(path):
+    """A SavedModel version folder and, if it says, where its weights came from, e.g.
+    ``saved_models/x/1 (SavedModel, from runs/x/averaged/ckpt)``."""
+    from keras_transformer.export.common import recorded_weights
+
+    weights = recorded_weights(path)
+    return f"{path} (SavedModel{f', {weights}' if weights else ''})"
+
+
+def load_exported_translator(path):
+    """``(translator, loaded)`` for a SavedModel searched by the program rather than by its own
+    graph (``inference.load_exported_translator``; a search flag given with --saved_model), with
+    the settings it was exported with, each search flag given replacing its own. ``loaded`` says
+    so, e.g. ``saved_models/x/1 (SavedModel, from runs/x/averaged/ckpt), its weights searched
+    here: beam 8, alpha 0.6, extra length 50``."""
+    from keras_transformer import inference
+
+    from . import decoding_flags
+
+    path = inference.exported_version_path(path)
+    decoding = decoding_flags.decoding_config(inference.exported_decoding_config(path)
+                                              or inference.DecodingConfig())
+    translator = inference.load_exported_translator(path, decoding)
+    return translator, (f"{describe_export(path)}, its weights searched here: "
+                        f"{decoding_flags.describe(decoding)}")
 
 
 def load_run_translator(model_dir, decoding_config=None, vocab_path=None):

@@ -8,6 +8,7 @@
     python -m trainers.translate --saved_model=saved_models/small/3 --text="Hello." --n_best=4
     python -m trainers.translate --model_dir=runs/small --sampling_topp=0.9 --seed=1 --input=test.en
     python -m trainers.translate --model_dir=runs/a,runs/b --input=test.en   # an ensemble
+    python -m trainers.translate --sampling_topp=0.9 --text="Hello."  # any search, a SavedModel too
 
 With neither --model_dir nor --saved_model the main job's model translates: its run
 (runs/quickstart, once ``python -m trainers.quickstart`` has trained it), else the model that comes
@@ -32,15 +33,17 @@ then K - 1 lines with score -inf and no text (as does a slot the search could no
 
 Any sampling flag (--sampling_topk, --sampling_topp, --sampling_temperature, --seed) translates
 each input into one random sample instead of the beam's best (``inference.SamplingConfig``),
-scored as the beam's (log P under the model, not the sampling distribution / length penalty); with
-a run only (an export decodes with the beam search it was exported with), and not with --n_best.
-Several comma-separated runs in --model_dir are an ensemble, decoded together (the members'
-log-probabilities averaged at every step): memory and time grow linearly with the runs.
+scored as the beam's (log P under the model, not the sampling distribution / length penalty); not
+with --n_best. Several comma-separated runs in --model_dir are an ensemble, decoded together (the
+members' log-probabilities averaged at every step): memory and time grow linearly with the runs.
 
 Before translating, stderr names the checkpoint (and why it is the one) or the SavedModel, and the
-search settings. Beam size, alpha and the extra output length apply in checkpoint mode
-(--model_dir); an exported SavedModel has the settings it was exported with baked into its graph
-(see its assets/config.json).
+search settings. A SavedModel translates with its own graph, the search it was exported with (its
+assets/config.json), as a server runs it. Given any search flag (--beam_size, --alpha,
+--extra_length) or sampling flag, its model is rebuilt here instead and its weights searched by
+this program, with the settings it was exported with, each flag given replacing its own
+(``run_flags.load_exported_translator``): so the shipped model samples, or gives n-best lists
+longer than its beam, without its training run.
 """
 
 import os
@@ -59,7 +62,9 @@ flags.adopt_module_key_flags(run_flags)
 flags.adopt_module_key_flags(sampling_flags)
 flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
-                    "folder (its highest numeric version is used). Beam settings are baked in.")
+                    "folder (its highest numeric version is used). Translated by its own graph, "
+                    "with the search it was exported with; any search or sampling flag searches "
+                    "its weights here instead.")
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
@@ -101,23 +106,18 @@ def check_flags():
     if sampling and FLAGS.n_best > 1:
         raise app.UsageError(f"--n_best={FLAGS.n_best} with {', '.join(sampling)}: sampling draws "
                              "one translation per input, not an n-best list; drop one of them.")
-    if sampling and FLAGS.saved_model is not None:
-        raise app.UsageError(f"{', '.join(sampling)} only apply with --model_dir: a SavedModel "
-                             "decodes with the beam search it was exported with.")
     if FLAGS.saved_model is not None:
-        given = [f"--{name}" for name in ("checkpoint", "vocab_path")
-                 if FLAGS[name].present] + decoding_flags.given()
+        given = [f"--{name}" for name in ("checkpoint", "vocab_path") if FLAGS[name].present]
         if given:
-            raise app.UsageError(f"{', '.join(given)} only apply with --model_dir; a SavedModel has "
-                                 "its search settings baked in (re-export to change them).")
+            raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel "
+                                 "holds its weights and its vocabulary.")
         checks.saved_model("saved_model", FLAGS.saved_model)
-    else:
-        if FLAGS.n_best > FLAGS.beam_size:
-            raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds --beam_size={FLAGS.beam_size}: "
-                                 "the search keeps only beam_size hypotheses; raise --beam_size or "
-                                 "lower --n_best.")
-        if FLAGS.vocab_path is not None:
-            checks.input_file("vocab_path", FLAGS.vocab_path)
+    elif FLAGS.vocab_path is not None:
+        checks.input_file("vocab_path", FLAGS.vocab_path)
+    if FLAGS.n_best > FLAGS.beam_size and (FLAGS.saved_model is None or FLAGS["beam_size"].present):
+        raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds --beam_size={FLAGS.beam_size}: "
+                             "the search keeps only beam_size hypotheses; raise --beam_size or "
+                             "lower --n_best.")
     if FLAGS.input is not None:
         checks.input_file("input", FLAGS.input)
     if FLAGS.output is not None:
@@ -126,24 +126,19 @@ def check_flags():
         run_flags.check_runs()
 
 
-def exported_settings(path):
-    """The search settings a SavedModel version folder records in its assets."""
-    from keras_transformer.export.common import recorded_settings
-    from keras_transformer.inference import DecodingConfig
-
-    try:
-        return decoding_flags.describe(DecodingConfig(**recorded_settings(path)["decoding"]))
-    except (ValueError, KeyError, TypeError):
-        return "search settings as exported"
+def searched_here():
+    """Whether --saved_model's weights are searched by this program (``run_flags.
+    load_exported_translator``) rather than by the export's own graph: a search or sampling flag
+    is given, which that graph has no input for."""
+    return bool(decoding_flags.given() or sampling_flags.given())
 
 
-def exported_weights(path):
-    """``, from runs/x/averaged/ckpt`` and the like: where the export's weights came from, if it
-    says."""
-    from keras_transformer.export.common import recorded_weights
-
-    weights = recorded_weights(path)
-    return f", {weights}" if weights else ""
+def check_exported_beam(beam_size, source):
+    """--n_best within the beam the SavedModel ``source`` was exported with."""
+    if beam_size is not None and FLAGS.n_best > beam_size:
+        raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds the beam size {beam_size} {source} "
+                             f"was exported with: pass --beam_size={FLAGS.n_best} to search its "
+                             "weights here with that beam, or lower --n_best.")
 
 
 def load_translate_fn():
@@ -154,27 +149,32 @@ def load_translate_fn():
     from keras_transformer import inference
 
     nbest = FLAGS.n_best > 1
-    if FLAGS.saved_model is not None:
+    if FLAGS.saved_model is not None and not searched_here():
+        # The export's own graph, as a server runs it.
         if nbest:
             try:
                 fn, source, beam_size = inference.load_exported_nbest_fn(FLAGS.saved_model)
             except ValueError as error:
                 raise ValueError(f"--n_best={FLAGS.n_best}: {error}") from None
-            if beam_size is not None and FLAGS.n_best > beam_size:
-                raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds the beam size {beam_size} "
-                                     f"{source} was exported with (trainers.export --beam_size): "
-                                     "export with a larger --beam_size or lower --n_best.")
+            check_exported_beam(beam_size, source)
         else:
             fn, source = inference.load_exported_translate_fn(FLAGS.saved_model)
-        description = f"{source} (SavedModel{exported_weights(source)}), {exported_settings(source)}"
+        decoding = inference.exported_decoding_config(source)
+        description = (f"{run_flags.describe_export(source)}, "
+                       + (decoding_flags.describe(decoding) if decoding else "search settings as exported"))
     else:
-        translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
-                                                            FLAGS.vocab_path)
+        if FLAGS.saved_model is not None:
+            translator, description = run_flags.load_exported_translator(FLAGS.saved_model)
+            source = inference.exported_version_path(FLAGS.saved_model)
+            check_exported_beam(translator.decoding.beam_size, source)
+        else:
+            translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
+                                                                FLAGS.vocab_path)
+            source = FLAGS.model_dir
         sampling = sampling_flags.sampling_config()
         if sampling is not None:
             description += f", {sampling_flags.describe(sampling)}"
         fn = translator.nbest_function() if nbest else translator.text_function(sampling)
-        source = FLAGS.model_dir
     batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
     return (lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress),
             source, description)
