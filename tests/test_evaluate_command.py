@@ -288,6 +288,8 @@ def test_a_data_flag_wins_over_the_exports_record(trained_on_files):
 
 
 def test_a_run_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_files):
+    """...and its export, rebuilt with another search (evaluate's search flag, or exported again
+    with it), translates as the run with that search."""
     base = trained_on_files
     code, stdout, stderr = run("--model_dir=runs/files", "--beam_size=1", "--output=run.hyp",
                                cwd=base)
@@ -295,16 +297,33 @@ def test_a_run_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_
     data_line, count, bleu, hypotheses = scored(stdout, base, "run.hyp")
     assert data_line == "data: files test split test.tsv (from the run)"
     assert count == len(hypotheses) == len(TEST_PAIRS)
+    origin = f"from {os.path.join('runs/files', 'averaged', 'ckpt')}"
 
-    # Its export (of the same averaged weights) with a search flag: searched here, not by its own
-    # beam-4 graph, so the same translations as the run's at beam 1.
+    # Its export (of the same averaged weights) with a search flag: not its own beam-4 graph but
+    # its weights searched here.
     code, stdout, stderr = run("--saved_model=saved_models/files", "--beam_size=1",
                                "--output=export.hyp", cwd=base)
     assert code == 0, stderr[-3000:]
-    assert (f"evaluate: {os.path.join('saved_models/files', '1')} (SavedModel, from "
-            f"{os.path.join('runs/files', 'averaged', 'ckpt')}), its weights searched here: beam 1, "
-            "alpha 0.6, extra length 50 on files test ") in stdout
+    assert (f"evaluate: {os.path.join('saved_models/files', '1')} (SavedModel, {origin}), rebuilt "
+            "here from its weights: beam 1, alpha 0.6, extra length 50 on files test ") in stdout
     data_line, *rest = scored(stdout, base, "export.hyp")
+    assert data_line == "data: files test split test.tsv (from the export)"
+    assert rest == [count, bleu, hypotheses]
+
+    # The export exported again at beam 1: its record is the first's but for the beam, and its own
+    # graph translates as the run.
+    code, stdout, stderr = run("--saved_model=saved_models/files", "--beam_size=1",
+                               "--export_dir=again", cwd=base, module="trainers.export")
+    assert code == 0, stderr[-3000:]
+    assert os.path.join("again", "files", "1") in stdout.splitlines()  # the model folder's name
+    with open(base / "saved_models" / "files" / "1" / "assets" / "config.json") as stream:
+        first = json.load(stream)
+    with open(base / "again" / "files" / "1" / "assets" / "config.json") as stream:
+        assert json.load(stream) == {**first, "decoding": {**first["decoding"], "beam_size": 1}}
+    code, stdout, stderr = run("--saved_model=again/files", "--output=again.hyp", cwd=base)
+    assert code == 0, stderr[-3000:]
+    assert f"evaluate: {os.path.join('again/files', '1')} ({origin}) on files test " in stdout
+    data_line, *rest = scored(stdout, base, "again.hyp")
     assert data_line == "data: files test split test.tsv (from the export)"
     assert rest == [count, bleu, hypotheses]
 

@@ -150,7 +150,7 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
                                "--n_best=3", "--beam_size=3", f"--input={setup['input']}")
     assert code == 0, stderr
     assert (f"translate: {version} (SavedModel, from {os.path.join(setup['model_dir'], 'ckpt-1')}), "
-            "its weights searched here: beam 3, alpha 0.6, extra length 6") in stderr
+            "rebuilt here from its weights: beam 3, alpha 0.6, extra length 6") in stderr
     assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], beam_size=3,
                                                          extra_length=6), 3)
 

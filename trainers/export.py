@@ -2,6 +2,7 @@
 
     python -m trainers.export --model_dir=runs/small --export_dir=saved_models --name=small
     python -m trainers.export --model_dir=runs/base --checkpoint=averaged --beam_size=4 --alpha=0.6
+    python -m trainers.export --saved_model=saved_models/quickstart --format=ctranslate2
 
 --format=saved_model writes two SavedModels with one version number (default: the next free one):
 EXPORT_DIR/NAME/VERSION with the text signature ``serving_default`` (strings in, strings out; the
@@ -16,6 +17,13 @@ line and a ``curl`` request for them.
 EXPORT_DIR/NAME_ctranslate2/VERSION, a CTranslate2 model folder (C++ CPU/GPU inference engine) with
 the SentencePiece model ``vocab.model`` beside it (--quantization=int8 etc. for smaller weights), and
 prints the Python lines that translate with it.
+
+--saved_model exports an export again, where there is no run: the shipped model, or one from
+someone else, to CTranslate2, or as a SavedModel with other search settings. Its model is rebuilt
+from its assets and weights (``run_flags.load_exported_translator``), with the search settings it
+was exported with, each search flag given replacing its own; the new export records the same
+origin (corpus, checkpoint). The default --name is the SavedModel's model folder's: a SavedModel
+export lands as its next version.
 """
 
 import json
@@ -28,10 +36,13 @@ from . import checks, console, decoding_flags, run_flags
 
 flags.adopt_module_key_flags(decoding_flags)
 flags.adopt_module_key_flags(run_flags)
+flags.DEFINE_string("saved_model", None,
+                    "Instead of --model_dir: an exported SavedModel to export again (a version "
+                    "folder or the model's base folder, its highest version).")
 flags.DEFINE_string("vocab_path", None, "The SentencePiece vocabulary, if not the one the run recorded.")
 flags.DEFINE_string("export_dir", "saved_models", "Where the exported models go.")
 flags.DEFINE_string("name", None, "Model name (folder under --export_dir; TF Serving's model name). "
-                    "Default: the name of --model_dir.")
+                    "Default: the name of --model_dir, or of --saved_model's model folder.")
 flags.DEFINE_integer("version", None, "Version folder number (default: the next free one).",
                      lower_bound=1)
 flags.DEFINE_enum("format", "saved_model", ["saved_model", "ctranslate2"],
@@ -40,18 +51,28 @@ flags.DEFINE_integer("rest_api_port", 8501, "Port used in the printed serving co
                      lower_bound=1, upper_bound=65535)
 flags.DEFINE_string("quantization", None, "--format=ctranslate2 only: CTranslate2 weight type (int8, "
                     "int8_float32, int16, float16, bfloat16, ...); default float32 as trained.")
-flags.mark_flag_as_required("model_dir")
+flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
 
 FLAGS = flags.FLAGS
 
 
-def check_flags(name):
-    """Fails early (before loading anything) on a bad run folder or checkpoint, an unwritable
-    --export_dir or an existing version; the run folder last (finding its latest checkpoint starts
-    TensorFlow), so a mistyped path is answered at once."""
+def check_flags():
+    """Fails early (before loading anything) on a bad run folder or checkpoint, SavedModel, name,
+    an unwritable --export_dir or an existing version; the run folder last (finding its latest
+    checkpoint starts TensorFlow), so a mistyped path is answered at once. Returns the name."""
+    if FLAGS.model_dir is None and FLAGS.saved_model is None:
+        raise app.UsageError("name the model to export: --model_dir (a training run) or "
+                             "--saved_model (an export).")
+    name = FLAGS.name or default_name()
     if not name or os.sep in name or name in (".", ".."):
         raise app.UsageError(f"--name={name!r} must be a plain folder name.")
-    if len(run_flags.model_dirs()) > 1:
+    if FLAGS.saved_model is not None:
+        given = [f"--{flag}" for flag in ("checkpoint", "vocab_path") if FLAGS[flag].present]
+        if given:
+            raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel holds "
+                                 "its weights and its vocabulary.")
+        checks.saved_model("saved_model", FLAGS.saved_model)
+    elif len(run_flags.model_dirs()) > 1:
         raise app.UsageError(f"--model_dir={FLAGS.model_dir}: an ensemble cannot be exported; "
                              "export one run (translate and evaluate decode ensembles).")
     if FLAGS.vocab_path is not None:
@@ -64,7 +85,19 @@ def check_flags(name):
             if os.path.exists(target):
                 raise app.UsageError(f"--version={FLAGS.version}: {target} exists already; pass "
                                      "another --version, or none for the next free one.")
-    checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
+    if FLAGS.model_dir is not None:
+        checks.run_dir("model_dir", FLAGS.model_dir, FLAGS.checkpoint)
+    return name
+
+
+def default_name():
+    """--model_dir's folder name, or the name of --saved_model's model folder (a version folder's
+    parent)."""
+    path = os.path.normpath(os.path.abspath(FLAGS.model_dir or FLAGS.saved_model))
+    if FLAGS.saved_model is not None and os.path.basename(path).isdigit() and \
+            os.path.isfile(os.path.join(path, "saved_model.pb")):
+        path = os.path.dirname(path)
+    return os.path.basename(path)
 
 
 def serving_help(paths, name, sample_ids):
@@ -107,13 +140,15 @@ def ctranslate2_help(path, decoding):
 
 
 def main(argv):
-    name = FLAGS.name or os.path.basename(os.path.normpath(os.path.abspath(FLAGS.model_dir)))
-    check_flags(name)
+    name = check_flags()
 
     from keras_transformer import export
 
-    translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
-                                                   FLAGS.vocab_path)
+    if FLAGS.saved_model is not None:
+        translator, loaded = run_flags.load_exported_translator(FLAGS.saved_model)
+    else:
+        translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
+                                                       FLAGS.vocab_path)
     print(f"export: {loaded}", file=sys.stderr, flush=True)
     options = {"quantization": FLAGS.quantization} if FLAGS.format == "ctranslate2" else {}
     written = export.EXPORTERS[FLAGS.format](translator, FLAGS.export_dir, name,

@@ -94,12 +94,15 @@ def describe_export(path):
 
 
 def load_exported_translator(path):
-    """``(translator, loaded)`` for a SavedModel searched by the program rather than by its own
-    graph (``inference.load_exported_translator``; a search flag given with --saved_model), with
-    the settings it was exported with, each search flag given replacing its own. ``loaded`` says
-    so, e.g. ``saved_models/x/1 (SavedModel, from runs/x/averaged/ckpt), its weights searched
-    here: beam 8, alpha 0.6, extra length 50``."""
+    """``(translator, loaded)`` for a SavedModel rebuilt in the program rather than run as its own
+    graph (``inference.load_exported_translator``: a search or sampling flag given with
+    --saved_model, or an export exported again), with the settings it was exported with, each
+    search flag given replacing its own. The translator carries what the export records of its
+    origin (``data_config``, ``checkpoint``, ``selected``), for an export of it to record too.
+    ``loaded`` names it, e.g. ``saved_models/x/1 (SavedModel, from runs/x/averaged/ckpt), rebuilt
+    here from its weights: beam 8, alpha 0.6, extra length 50``."""
     from keras_transformer import inference
+    from keras_transformer.export.common import recorded_data_config
 
     from . import decoding_flags
 
@@ -107,7 +110,11 @@ def load_exported_translator(path):
     decoding = decoding_flags.decoding_config(inference.exported_decoding_config(path)
                                               or inference.DecodingConfig())
     translator = inference.load_exported_translator(path, decoding)
-    return translator, (f"{describe_export(path)}, its weights searched here: "
+    recorded = inference.recorded_settings(path) or {}
+    translator.data_config = recorded_data_config(path)
+    translator.checkpoint = recorded.get("checkpoint")
+    translator.selected = recorded.get("selected")
+    return translator, (f"{describe_export(path)}, rebuilt here from its weights: "
                         f"{decoding_flags.describe(decoding)}")
 
 

@@ -72,8 +72,8 @@ def export_settings(translator):
     resolve from the folder it ran in. ``"data"`` is None for a Translator not loaded from a run
     folder (only ``runs.load_translator`` knows the run's corpus), unless it is given one.
     ``"checkpoint"``: the checkpoint the weights were restored from, as it was given (a
-    translator loaded from a run folder). ``"selected"``: why these weights, where the translator
-    says (``--export_best``: the step and its dev BLEU)."""
+    translator loaded from a run folder, or from an export that records it). ``"selected"``: why
+    these weights, where the translator says (``--export_best``: the step and its dev BLEU)."""
     data = getattr(translator, "data_config", None)
     settings = {"model": translator.model.config.to_dict(),
                 "decoding": decoding_settings(translator),
