@@ -46,6 +46,36 @@ def test_pairs_read_a_block_at_a_time_are_the_datasets_in_order(tmp_path, block)
     assert list(data.training_texts(config)) == [text for pair in many for text in pair]
 
 
+def test_gzip_compressed_files_give_the_plain_files_pairs(tmp_path):
+    """Told by their first bytes, not their name: a .gz TSV, a pair with one side compressed, a
+    compressed file named .tsv; its own BOM, CRLF and empty last lines as a plain file's. A
+    damaged one is one line naming it."""
+    import gzip
+
+    text = "\ufeff" + "".join(f"{s}\t{t}\r\n" for s, t in PAIRS) + "\n\n"
+    plain = write(tmp_path / "plain.tsv", text)
+    packed = gzip.compress(text.encode("utf-8"))
+    specs = [write(tmp_path / "train.tsv.gz", packed), write(tmp_path / "named.tsv", packed)]
+    (tmp_path / "train.en").write_text("".join(f"{s}\n" for s, _ in PAIRS), encoding="utf-8")
+    write(tmp_path / "train.de.gz", gzip.compress("".join(f"{t}\n" for _, t in PAIRS).encode()))
+    specs.append(f"{tmp_path / 'train.en'},{tmp_path / 'train.de.gz'}")
+    assert read_all(files.load(files.parse_spec(plain))) == PAIRS
+    for spec in specs:
+        assert files.check(files.parse_spec(spec)) == len(PAIRS)
+        assert read_all(files.load(files.parse_spec(spec))) == PAIRS
+    config = data.DataConfig(dataset="files", train_data=specs[0], data_dir=str(tmp_path))
+    assert data.read_pairs(config, "train") == ([s for s, _ in PAIRS], [t for _, t in PAIRS])
+
+    many = gzip.compress("".join(f"{s} {i}\t{t}\n" for i in range(2000) for s, t in PAIRS).encode())
+    cut = write(tmp_path / "cut.tsv.gz", many[:len(many) // 2])
+    with pytest.raises(ValueError, match=r"cut.tsv.gz: damaged gzip data after line \d+ \(.*\); "
+                                         "download or compress it again"):
+        files.check(files.parse_spec(cut))
+    bad = write(tmp_path / "bad.tsv.gz", gzip.compress(b"x\ty\n")[:10] + b"\xff" * 40)
+    with pytest.raises(ValueError, match=r"bad.tsv.gz: damaged gzip data after line 0"):
+        files.check(files.parse_spec(bad))
+
+
 def write(path, text):
     path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
     return str(path)

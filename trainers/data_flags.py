@@ -24,7 +24,7 @@ for _split in ("train", "dev", "test"):
     flags.DEFINE_string(
         f"{_split}_data", None,
         f"With --dataset=files: the {_split} pairs, PATH.tsv (source<TAB>target per line) or "
-        "SRC_PATH,TGT_PATH (two line-aligned files).",
+        "SRC_PATH,TGT_PATH (two line-aligned files); plain or gzip-compressed.",
     )
 flags.DEFINE_string("data_dir", "data", "TFDS data directory; also holds the vocabulary files.")
 flags.DEFINE_string(

@@ -1,4 +1,5 @@
-"""Your own parallel data: a TSV file (``source<TAB>target``) or two line-aligned text files.
+"""Your own parallel data: a TSV file (``source<TAB>target``) or two line-aligned text files, each
+plain or gzip-compressed (as OPUS and WMT ship corpora: told by its first bytes, not its name).
 
 A spec is ``PATH.tsv`` or ``SRC_PATH,TGT_PATH`` (the value of ``--train_data``, ``--dev_data``,
 ``--test_data``). Files are checked once in a streaming pass (memory independent of the
@@ -8,14 +9,24 @@ tab, different line counts, empty corpus. The ``tf.data`` pipeline then reads th
 lines with ``TextLineDataset``.
 """
 
+import contextlib
 import dataclasses
+import gzip
 import os
+import zlib
 from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 BOM = "\ufeff"  # some editors start UTF-8 files with it; it is not part of the first sentence
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: str) -> bool:
+    """Whether the file at ``path`` is gzip-compressed (its first two bytes)."""
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +58,9 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
     if not os.path.isfile(path):
         raise ValueError(f"{path}: file not found")
     blank = None  # the first empty line since the last sentence
-    with open(path, "rb") as f:
+    number = 0
+    with _gzip_errors(path, lambda: number), \
+            (gzip.open if is_gzip(path) else open)(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             if b"\0" in raw:
                 raise ValueError(f"{path}:{number}: a NUL byte: this is a binary file, not text")
@@ -65,6 +78,16 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
                 raise ValueError(f"{path}:{blank}: empty line (every line must hold a sentence; "
                                  "only the file's last lines may be empty)")
             yield number, text
+
+
+@contextlib.contextmanager
+def _gzip_errors(path, lines_read):
+    """A damaged gzip file as one ValueError naming it and the lines read before the damage."""
+    try:
+        yield
+    except (EOFError, gzip.BadGzipFile, zlib.error) as error:
+        raise ValueError(f"{path}: damaged gzip data after line {lines_read()} ({error}); "
+                         "download or compress it again") from None
 
 
 def split_tsv_line(line, where: str):
@@ -111,7 +134,7 @@ def _lines_of(path: str) -> "tf.data.Dataset":
     the line breaks; "\\r" of CRLF files goes with the strip of each field)."""
     import tensorflow as tf
 
-    return tf.data.TextLineDataset(path).map(
+    return tf.data.TextLineDataset(path, compression_type="GZIP" if is_gzip(path) else "").map(
         lambda line: tf.strings.regex_replace(line, "^" + BOM, ""))
 
 
