@@ -405,6 +405,35 @@ def ensemble_inputs(members):
     return cache, shared, symbols_to_logits_fn
 
 
+def ensemble(translators, names, kind="models"):
+    """One ``Translator`` decoding the models of ``translators`` together (``ensemble_inputs``),
+    with the first one's tokenizer and search settings. They must share one vocabulary, the same
+    subword pieces under the same ids: anything else is a ValueError naming the two ``kind``
+    (e.g. "runs") of ``names`` (one name per translator) that differ."""
+    first = translators[0].tokenizer
+    for name, member in zip(names[1:], translators[1:]):
+        difference = vocabulary_difference(first, member.tokenizer)
+        if difference:
+            raise ValueError(f"the {kind} {names[0]} and {name} do not share a vocabulary "
+                             f"({difference}): an ensemble's {kind} must be trained with the "
+                             "same one.")
+    return Translator([member.model for member in translators], first, translators[0].decoding)
+
+
+def vocabulary_difference(one, other):
+    """How two ``SubwordTokenizer``s' vocabularies differ, in words; None if they do not."""
+    if one.vocab_size != other.vocab_size:
+        return f"{one.vocab_size} and {other.vocab_size} subwords"
+    ids = tf.range(one.vocab_size)
+    pieces, other_pieces = one.id_to_piece(ids).numpy(), other.id_to_piece(ids).numpy()
+    differ = np.flatnonzero(pieces != other_pieces)
+    if not differ.size:
+        return None
+    first = differ[0]
+    return (f"{differ.size} of their {one.vocab_size} subwords differ, the first at id {first}: "
+            f"{pieces[first].decode()!r} and {other_pieces[first].decode()!r}")
+
+
 def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch_size: int = 32,
                          progress: Callable[[int], None] = None) -> List[dict]:
     """Translates ``sentences`` in batches of similar length (little padding) and returns one dict

@@ -255,43 +255,17 @@ def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_c
 
 def load_ensemble(model_dirs: Sequence[str], checkpoints: Optional[Sequence[Optional[str]]] = None,
                   decoding_config=None, vocab_path: Optional[str] = None):
-    """A ``Translator`` decoding the training runs in ``model_dirs`` together (an ensemble: each
-    step averages their log-probabilities, ``inference.ensemble_inputs``), each run with its
-    ``checkpoints`` entry (``load_translator``'s; default None each). The runs must share one
-    vocabulary, the same subword pieces under the same ids: anything else is a ValueError naming
-    the two runs. Its ``checkpoint`` attribute lists the prefixes restored, its ``data_config`` is
-    the first run's."""
-    from keras_transformer.inference import DecodingConfig, Translator
+    """A ``Translator`` decoding the training runs in ``model_dirs`` together (an ensemble:
+    ``inference.ensemble``), each run with its ``checkpoints`` entry (``load_translator``'s;
+    default None each). The runs must share one vocabulary, the same subword pieces under the
+    same ids: anything else is a ValueError naming the two runs. Its ``checkpoint`` attribute
+    lists the prefixes restored, its ``data_config`` is the first run's."""
+    from keras_transformer.inference import ensemble
 
     checkpoints = list(checkpoints) if checkpoints is not None else [None] * len(model_dirs)
     members = [load_translator(model_dir, checkpoint, decoding_config, vocab_path)
                for model_dir, checkpoint in zip(model_dirs, checkpoints)]
-    first = members[0].tokenizer
-    for model_dir, member in zip(model_dirs[1:], members[1:]):
-        difference = _vocabulary_difference(first, member.tokenizer)
-        if difference:
-            raise ValueError(f"the runs {model_dirs[0]} and {model_dir} do not share a vocabulary "
-                             f"({difference}): an ensemble's runs must be trained with the same "
-                             "one.")
-    translator = Translator([member.model for member in members], first,
-                            decoding_config or DecodingConfig())
+    translator = ensemble(members, model_dirs, "runs")
     translator.checkpoint = [member.checkpoint for member in members]
     translator.data_config = members[0].data_config
     return translator
-
-
-def _vocabulary_difference(one, other) -> Optional[str]:
-    """How two ``SubwordTokenizer``s' vocabularies differ, in words; None if they do not."""
-    if one.vocab_size != other.vocab_size:
-        return f"{one.vocab_size} and {other.vocab_size} subwords"
-    import numpy as np
-    import tensorflow as tf
-
-    ids = tf.range(one.vocab_size)
-    pieces, other_pieces = one.id_to_piece(ids).numpy(), other.id_to_piece(ids).numpy()
-    differ = np.flatnonzero(pieces != other_pieces)
-    if not differ.size:
-        return None
-    first = differ[0]
-    return (f"{differ.size} of their {one.vocab_size} subwords differ, the first at id {first}: "
-            f"{pieces[first].decode()!r} and {other_pieces[first].decode()!r}")

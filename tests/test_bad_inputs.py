@@ -265,6 +265,7 @@ COMMAND_CASES = (
         "--saved_model={empty_dir}: holds no saved_model.pb"),
        ("export", ["--saved_model={export}", "--checkpoint=averaged"],
         "--checkpoint: with --model_dir only"),
+       ("export", ["--saved_model={export},{export}"], "an ensemble cannot be exported"),
        ("wmt", [], "which data? --dataset="),
        ("average_checkpoints", [], "--model_dir"),
        ("average_checkpoints", ["--model_dir={run}", "--last=0"], "--last=0"),

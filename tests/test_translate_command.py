@@ -145,12 +145,15 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
                            "--n_best=3", "--text=Hello."),
                        f"--n_best=3 exceeds the beam size 2 {version} was exported with: pass "
                        "--beam_size=3 to search its weights here with that beam")
-    # ... which gives the run's own lists at that beam, the export's other settings kept.
-    code, stdout, stderr = run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
-                               "--n_best=3", "--beam_size=3", f"--input={setup['input']}")
+    # ... which gives the run's own lists at that beam, the export's other settings kept; here
+    # searched as an ensemble of the export with itself, which is the export.
+    tiny = os.path.join(export_dir, "tiny")
+    code, stdout, stderr = run("translate", f"--saved_model={tiny},{tiny}", "--n_best=3",
+                               "--beam_size=3", f"--input={setup['input']}")
     assert code == 0, stderr
-    assert (f"translate: {version} (SavedModel, from {os.path.join(setup['model_dir'], 'ckpt-1')}), "
-            "rebuilt here from its weights: beam 3, alpha 0.6, extra length 6") in stderr
+    member = f"{version} (SavedModel, from {os.path.join(setup['model_dir'], 'ckpt-1')})"
+    assert (f"translate: an ensemble of 2 SavedModels: {member}, {member}, rebuilt here from their "
+            "weights: beam 3, alpha 0.6, extra length 6") in stderr
     assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], beam_size=3,
                                                          extra_length=6), 3)
 

@@ -39,7 +39,8 @@ exports recorded it) gets the data flags' defaults. The first line says which co
 Beam settings apply with --model_dir (section 6.1 defaults: beam 4, alpha 0.6). A SavedModel is
 scored with the search it was exported with, by its own graph; a beam flag given with it rebuilds
 its model here and searches its weights with the settings it was exported with, each flag given
-replacing its own (``run_flags.load_exported_translator``). Several comma-separated runs in --model_dir are an ensemble, decoded together
+replacing its own (``run_flags.load_exported_translator``). Several comma-separated SavedModels
+are an ensemble, rebuilt so (the corpus is the first one's). Several comma-separated runs in --model_dir are an ensemble, decoded together
 (memory and time grow linearly with the runs; the corpus is the first run's).
 """
 
@@ -56,7 +57,7 @@ flags.adopt_module_key_flags(decoding_flags)
 flags.adopt_module_key_flags(run_flags)
 flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder or the model's base folder (its highest "
-                    "version).")
+                    "version); several, comma-separated: an ensemble (as for --model_dir).")
 flags.DEFINE_enum("split", "test", ["train", "dev", "test"], "Which split to translate and score.")
 flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick looks).",
                      lower_bound=1)
@@ -93,7 +94,8 @@ def test_data_config(given_data):
     else:
         from keras_transformer.export.common import recorded_data_config
 
-        recorded, origin = recorded_data_config(FLAGS.saved_model), "the export"
+        recorded = recorded_data_config(run_flags.saved_models(FLAGS.saved_model)[0])
+        origin = "the export"
     if recorded is not None:
         return recorded, origin
     return data_flags.data_config(writes=False), (
@@ -125,7 +127,8 @@ def read_pairs(config, split, limit, origin):
 def load_translate_fn():
     from keras_transformer import inference
 
-    if FLAGS.saved_model and decoding_flags.given():
+    if FLAGS.saved_model and (decoding_flags.given()
+                              or len(run_flags.saved_models(FLAGS.saved_model)) > 1):
         translator, loaded = run_flags.load_exported_translator(FLAGS.saved_model)
     elif FLAGS.saved_model:
         from keras_transformer.export.common import recorded_weights
@@ -150,7 +153,8 @@ def check_flags():
         if FLAGS["checkpoint"].present:
             raise app.UsageError("--checkpoint: with --model_dir only; a SavedModel holds its "
                                  "weights.")
-        checks.saved_model("saved_model", FLAGS.saved_model)
+        for path in run_flags.saved_models(FLAGS.saved_model):
+            checks.saved_model("saved_model", path)
     if FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.output:

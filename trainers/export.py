@@ -71,6 +71,10 @@ def check_flags():
         if given:
             raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel holds "
                                  "its weights and its vocabulary.")
+        if len(run_flags.saved_models(FLAGS.saved_model)) > 1:
+            raise app.UsageError(f"--saved_model={FLAGS.saved_model}: an ensemble cannot be "
+                                 "exported; export one model (translate and evaluate decode "
+                                 "ensembles).")
         checks.saved_model("saved_model", FLAGS.saved_model)
     elif len(run_flags.model_dirs()) > 1:
         raise app.UsageError(f"--model_dir={FLAGS.model_dir}: an ensemble cannot be exported; "

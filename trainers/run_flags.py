@@ -93,28 +93,40 @@ def describe_export(path):
     return f"{path} (SavedModel{f', {weights}' if weights else ''})"
 
 
-def load_exported_translator(path):
-    """``(translator, loaded)`` for a SavedModel rebuilt in the program rather than run as its own
-    graph (``inference.load_exported_translator``: a search or sampling flag given with
-    --saved_model, or an export exported again), with the settings it was exported with, each
-    search flag given replacing its own. The translator carries what the export records of its
-    origin (``data_config``, ``checkpoint``, ``selected``), for an export of it to record too.
-    ``loaded`` names it, e.g. ``saved_models/x/1 (SavedModel, from runs/x/averaged/ckpt), rebuilt
-    here from its weights: beam 8, alpha 0.6, extra length 50``."""
+def saved_models(value):
+    """The SavedModels a --saved_model value names: one, or several (an ensemble)."""
+    return value.split(",")
+
+
+def load_exported_translator(value):
+    """``(translator, loaded)`` for SavedModels rebuilt in the program rather than run as their
+    own graphs (``inference.load_exported_translator``): a search or sampling flag given with
+    --saved_model, several of them (an ensemble, ``inference.ensemble``), or an export exported
+    again. The search settings are the (first) export's, each search flag given replacing its
+    own. One export's translator carries what it records of its origin (``data_config``,
+    ``checkpoint``, ``selected``), for an export of it to record too. ``loaded`` names them, e.g.
+    ``saved_models/x/1 (SavedModel, from runs/x/averaged/ckpt), rebuilt here from its weights:
+    beam 8, alpha 0.6, extra length 50``."""
     from keras_transformer import inference
     from keras_transformer.export.common import recorded_data_config
 
     from . import decoding_flags
 
-    path = inference.exported_version_path(path)
-    decoding = decoding_flags.decoding_config(inference.exported_decoding_config(path)
+    paths = [inference.exported_version_path(path) for path in saved_models(value)]
+    decoding = decoding_flags.decoding_config(inference.exported_decoding_config(paths[0])
                                               or inference.DecodingConfig())
-    translator = inference.load_exported_translator(path, decoding)
-    recorded = inference.recorded_settings(path) or {}
-    translator.data_config = recorded_data_config(path)
+    members = [inference.load_exported_translator(path, decoding) for path in paths]
+    translator = (members[0] if len(members) == 1
+                  else inference.ensemble(members, paths, "SavedModels"))
+    described = ", ".join(describe_export(path) for path in paths)
+    if len(paths) > 1:
+        return translator, (f"an ensemble of {len(paths)} SavedModels: {described}, rebuilt here "
+                            f"from their weights: {decoding_flags.describe(decoding)}")
+    recorded = inference.recorded_settings(paths[0]) or {}
+    translator.data_config = recorded_data_config(paths[0])
     translator.checkpoint = recorded.get("checkpoint")
     translator.selected = recorded.get("selected")
-    return translator, (f"{describe_export(path)}, rebuilt here from its weights: "
+    return translator, (f"{described}, rebuilt here from its weights: "
                         f"{decoding_flags.describe(decoding)}")
 
 

@@ -36,6 +36,7 @@ each input into one random sample instead of the beam's best (``inference.Sampli
 scored as the beam's (log P under the model, not the sampling distribution / length penalty); not
 with --n_best. Several comma-separated runs in --model_dir are an ensemble, decoded together (the
 members' log-probabilities averaged at every step): memory and time grow linearly with the runs.
+Several comma-separated SavedModels in --saved_model are an ensemble the same way (rebuilt here).
 
 Before translating, stderr names the checkpoint (and why it is the one) or the SavedModel, and the
 search settings. A SavedModel translates with its own graph, the search it was exported with (its
@@ -64,7 +65,8 @@ flags.DEFINE_string("saved_model", None,
                     "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
                     "folder (its highest numeric version is used). Translated by its own graph, "
                     "with the search it was exported with; any search or sampling flag searches "
-                    "its weights here instead.")
+                    "its weights here instead, as do several comma-separated SavedModels (an "
+                    "ensemble, as for --model_dir).")
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
@@ -111,7 +113,8 @@ def check_flags():
         if given:
             raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel "
                                  "holds its weights and its vocabulary.")
-        checks.saved_model("saved_model", FLAGS.saved_model)
+        for path in run_flags.saved_models(FLAGS.saved_model):
+            checks.saved_model("saved_model", path)
     elif FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.n_best > FLAGS.beam_size and (FLAGS.saved_model is None or FLAGS["beam_size"].present):
@@ -129,8 +132,9 @@ def check_flags():
 def searched_here():
     """Whether --saved_model's weights are searched by this program (``run_flags.
     load_exported_translator``) rather than by the export's own graph: a search or sampling flag
-    is given, which that graph has no input for."""
-    return bool(decoding_flags.given() or sampling_flags.given())
+    is given, which that graph has no input for, or several SavedModels (an ensemble)."""
+    return bool(decoding_flags.given() or sampling_flags.given()
+                or len(run_flags.saved_models(FLAGS.saved_model)) > 1)
 
 
 def check_exported_beam(beam_size, source):
@@ -165,7 +169,9 @@ def load_translate_fn():
     else:
         if FLAGS.saved_model is not None:
             translator, description = run_flags.load_exported_translator(FLAGS.saved_model)
-            source = inference.exported_version_path(FLAGS.saved_model)
+            paths = run_flags.saved_models(FLAGS.saved_model)
+            source = (inference.exported_version_path(paths[0]) if len(paths) == 1
+                      else FLAGS.saved_model)
             check_exported_beam(translator.decoding.beam_size, source)
         else:
             translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
