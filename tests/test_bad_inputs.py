@@ -187,6 +187,7 @@ DECODE_CASES = [  # evaluate and translate
     (["--saved_model={empty_dir}"], "--saved_model={empty_dir}: holds no saved_model.pb"),
     (["--saved_model={export}", "--model_dir={run}"], "model_dir, saved_model"),
     (["--saved_model={export}", "--checkpoint=averaged"], "--checkpoint: with --model_dir only"),
+    (["--saved_model={export}", "--vocab_path={files}/a_file"], "--vocab_path: with --model_dir"),
     (["--model_dir={run}", "--beam_size=0"], "--beam_size=0"),
     (["--model_dir={run}", "--alpha=-0.5"], "--alpha=-0.5"),
     (["--model_dir={run}", "--alpha=nan"], "--alpha=nan"),
@@ -226,7 +227,7 @@ COMMAND_CASES = (
        ("prepare_data", ["stray"], "unexpected argument(s) 'stray'")]
     + [("translate", args, message) for args, message in RUN_CASES + DECODE_CASES]
     # translate and evaluate with no model flag use the main job's model (test_shipped_model.py)
-    + [("evaluate", args, message) for args, message in RUN_CASES[:2] + DECODE_CASES[:3]]
+    + [("evaluate", args, message) for args, message in RUN_CASES[:2] + DECODE_CASES[:5]]
     + [("export", args, message) for args, message in RUN_CASES[:2] + RUN_CASES[6:8]]
     # a SavedModel where a run belongs: named as one, and the flag it goes to where there is one
     + [("translate", ["--model_dir={export}"], "--model_dir={export}: not the model_dir of a "

@@ -44,7 +44,7 @@ are an ensemble, rebuilt so (the corpus is the first one's). Several comma-separ
 (memory and time grow linearly with the runs; the corpus is the first run's).
 """
 
-from absl import app, flags
+from absl import flags
 
 from . import checks, console, data_flags, decoding_flags, run_flags, thread_flags
 from .console import stderr_progress
@@ -150,11 +150,7 @@ def check_flags():
     if FLAGS.model_dir is None and FLAGS.saved_model is None:
         run_flags.choose_default_model()
     if FLAGS.saved_model:
-        if FLAGS["checkpoint"].present:
-            raise app.UsageError("--checkpoint: with --model_dir only; a SavedModel holds its "
-                                 "weights.")
-        for path in run_flags.saved_models(FLAGS.saved_model):
-            checks.saved_model("saved_model", path)
+        run_flags.check_saved_models(FLAGS.saved_model)
     if FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.output:

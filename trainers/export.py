@@ -67,15 +67,11 @@ def check_flags():
     if not name or os.sep in name or name in (".", ".."):
         raise app.UsageError(f"--name={name!r} must be a plain folder name.")
     if FLAGS.saved_model is not None:
-        given = [f"--{flag}" for flag in ("checkpoint", "vocab_path") if FLAGS[flag].present]
-        if given:
-            raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel holds "
-                                 "its weights and its vocabulary.")
         if len(run_flags.saved_models(FLAGS.saved_model)) > 1:
             raise app.UsageError(f"--saved_model={FLAGS.saved_model}: an ensemble cannot be "
                                  "exported; export one model (translate and evaluate decode "
                                  "ensembles).")
-        checks.saved_model("saved_model", FLAGS.saved_model)
+        run_flags.check_saved_models(FLAGS.saved_model)
     elif len(run_flags.model_dirs()) > 1:
         raise app.UsageError(f"--model_dir={FLAGS.model_dir}: an ensemble cannot be exported; "
                              "export one run (translate and evaluate decode ensembles).")

@@ -98,6 +98,21 @@ def saved_models(value):
     return value.split(",")
 
 
+def check_saved_models(value):
+    """Each SavedModel of a --saved_model value, and none of a run's flags beside it, before
+    anything slow."""
+    from absl import app
+
+    from . import checks
+
+    given = [f"--{name}" for name in ("checkpoint", "vocab_path") if FLAGS[name].present]
+    if given:
+        raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel holds its "
+                             "weights and its vocabulary.")
+    for path in saved_models(value):
+        checks.saved_model("saved_model", path)
+
+
 def load_exported_translator(value):
     """``(translator, loaded)`` for SavedModels rebuilt in the program rather than run as their
     own graphs (``inference.load_exported_translator``): a search or sampling flag given with

@@ -109,12 +109,7 @@ def check_flags():
         raise app.UsageError(f"--n_best={FLAGS.n_best} with {', '.join(sampling)}: sampling draws "
                              "one translation per input, not an n-best list; drop one of them.")
     if FLAGS.saved_model is not None:
-        given = [f"--{name}" for name in ("checkpoint", "vocab_path") if FLAGS[name].present]
-        if given:
-            raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel "
-                                 "holds its weights and its vocabulary.")
-        for path in run_flags.saved_models(FLAGS.saved_model):
-            checks.saved_model("saved_model", path)
+        run_flags.check_saved_models(FLAGS.saved_model)
     elif FLAGS.vocab_path is not None:
         checks.input_file("vocab_path", FLAGS.vocab_path)
     if FLAGS.n_best > FLAGS.beam_size and (FLAGS.saved_model is None or FLAGS["beam_size"].present):
