@@ -45,7 +45,9 @@ def setup(tmp_path_factory):
     vocabulary = SubwordTokenizer.learn(text, vocab_size=320, out_path=str(base / "vocab" / "tiny.model"))
     runs = [make_run(base, "a", 3, vocabulary), make_run(base, "b", 4, vocabulary)]
     pairs = base / "pairs.tsv"
-    pairs.write_bytes(b"".join(s + b"\t" + t + b"\n" for s, t in PAIRS))
+    # Ending in empty lines as editors leave them, more than one chunk of the command's input at
+    # --batch_size=2: no pairs, left out.
+    pairs.write_bytes(b"".join(s + b"\t" + t + b"\n" for s, t in PAIRS) + b"\n\r\n \n\n\n\t\n")
     sources = base / "sources.txt"
     sources.write_bytes(b"\n".join(SOURCES) + b"\n")
     code, nbest, stderr = run("translate", f"--model_dir={runs[0]}", f"--input={sources}", "--n_best=2",
@@ -91,6 +93,14 @@ def test_a_line_without_a_tab_is_one_line_naming_file_and_line(setup):
     bad.write_bytes(b"A dog runs.\tEin Hund.\nno tab here\nYes.\tJa.\n")
     code, stdout, stderr = run("score", f"--model_dir={setup['runs'][0]}", f"--input={bad}")
     assert code == 2 and stdout == b""
+    assert [line for line in stderr.splitlines() if line.startswith("score: error")] == [
+        f"score: error: {bad}:2: no tab; each line must be source<TAB>target with exactly one tab"]
+    # Empty lines with a pair after them are no file's end: the first of them is named, though
+    # the pair comes in a later chunk of the input (--batch_size=1: four lines a chunk).
+    bad.write_bytes(b"A dog runs.\tEin Hund.\n" + b"\n" * 5 + b"Yes.\tJa.\n")
+    code, stdout, stderr = run("score", f"--model_dir={setup['runs'][0]}", f"--input={bad}",
+                               "--batch_size=1")
+    assert code == 2
     assert [line for line in stderr.splitlines() if line.startswith("score: error")] == [
         f"score: error: {bad}:2: no tab; each line must be source<TAB>target with exactly one tab"]
 

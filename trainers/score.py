@@ -11,8 +11,9 @@ sum of log P(y_t | y_<t, x) over the target's subwords and its EOS, ``TOKENS`` t
 signature). Both sides are tokenized as ``trainers.translate`` tokenizes its input.
 
 Pairs (--input, else stdin; '-' is stdin): one ``source<TAB>target`` per line, exactly one tab; a
-line without one ends the program with one line naming FILE:LINE (status 2). One output line per
-input line, in input order, ``LOG_PROB<TAB>TOKENS<TAB>NLL_PER_TOKEN`` per model (three columns for
+line without one ends the program with one line naming FILE:LINE (status 2); empty lines at the
+input's end, which many editors leave, are no pairs and are left out. One output line per pair
+line, in input order, ``LOG_PROB<TAB>TOKENS<TAB>NLL_PER_TOKEN`` per model (three columns for
 each, in the order the models are named): ``paste pairs.tsv scores.tsv`` sets them side by side.
 
 n-best lists (--nbest FILE or '-', with --sources the sentences translated): the lines of
@@ -150,7 +151,17 @@ def score_tsv(models, path, output):
     from keras_transformer.data.files import split_tsv_line
 
     count, truncated = 0, []
+    blank = None  # the first of the empty lines read last: left out if only empty lines follow
     for first, lines in chunks(path):
+        if blank is not None and any(line.strip() for line in lines):
+            lines, first, blank = [b""] * (first - blank) + lines, blank, None
+        # Empty lines at the input's end (many editors leave them) are no pairs, as in data files.
+        end = len(lines)
+        while end and not lines[end - 1].strip():
+            end -= 1
+        if end < len(lines):
+            blank = blank if blank is not None else first + end
+            lines = lines[:end]
         try:
             pairs = [split_tsv_line(line, f"{shown(path)}:{first + i}") for i, line in enumerate(lines)]
         except ValueError as error:
