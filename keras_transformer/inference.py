@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 from typing import Callable, List, Sequence
 
 import numpy as np
@@ -135,9 +136,7 @@ class Translator(tf.Module):
     def source_ids(self, texts):
         """tf.string [batch] -> (int32 [batch, length] subwords + EOS padded with 0, truncated bool
         [batch], empty bool [batch])."""
-        texts = tf.strings.unicode_transcode(tf.convert_to_tensor(texts, tf.string), "UTF-8", "UTF-8",
-                                             errors="replace", replacement_char=0xFFFD)
-        pieces = self.tokenizer.tokenize(tf.strings.strip(texts))
+        pieces = self.tokenizer.tokenize(cleaned_texts(texts))
         limit = self.max_source_length - 1  # room for EOS
         truncated = pieces.row_lengths() > limit
         pieces = pieces[:, :limit]
@@ -332,6 +331,103 @@ class Translator(tf.Module):
         per translator."""
         return self._function("score_ids", self.score_ids, SCORE_IDS_INPUT_SPECS)
 
+    def align_text(self, sources, targets):
+        """Sentence pairs, ``tf.string`` [batch] each (a source and its translation) -> what
+        their word alignment is found from by forced decoding (``word_alignment`` turns one row
+        into word pairs): ``"attention"``, float32 [batch, T, S], the ``cross_attention`` of the
+        model's last layer; ``"sources"`` and ``"targets"``, the texts as tokenized (invalid
+        UTF-8 replaced, spaces stripped: as ``score_text`` reads them); ``"source_spans"`` and
+        ``"target_spans"``, int64 [batch, S or T, 2], each subword's byte span in its text, -1
+        for EOS and padding. With an ensemble, the first member's attention."""
+        sources, targets = cleaned_texts(sources), cleaned_texts(targets)
+        source_ids, _, _ = self.source_ids(sources)
+        target_ids, _, _ = self.source_ids(targets)
+
+        def spans(texts, ids):
+            _, starts, ends = self.tokenizer.tokenize_with_offsets(texts)
+            limit = self.max_source_length - 1  # as source_ids cuts
+            both = tf.stack([tf.cast(starts[:, :limit], tf.int64).to_tensor(-1),
+                             tf.cast(ends[:, :limit], tf.int64).to_tensor(-1)], axis=-1)
+            # as wide as the ids: their EOS column (and any padding) -1
+            return tf.pad(both, [[0, 0], [0, tf.shape(ids)[1] - tf.shape(both)[1]], [0, 0]],
+                          constant_values=-1)
+
+        return {"attention": cross_attention(self.model, source_ids, target_ids,
+                                             self.tokenizer.start_id),
+                "sources": sources, "targets": targets,
+                "source_spans": spans(sources, source_ids),
+                "target_spans": spans(targets, target_ids)}
+
+    def align_function(self):
+        """``align_text`` as a ``tf.function`` over any batch of pairs, traced once per
+        translator."""
+        return self._function("align", self.align_text, SCORE_INPUT_SPECS)
+
+
+def cleaned_texts(texts):
+    """tf.string [batch] as the model reads them: invalid UTF-8 replaced by U+FFFD, spaces
+    stripped."""
+    texts = tf.strings.unicode_transcode(tf.convert_to_tensor(texts, tf.string), "UTF-8", "UTF-8",
+                                         errors="replace", replacement_char=0xFFFD)
+    return tf.strings.strip(texts)
+
+
+def cross_attention(model, source_ids, target_ids, start_id, layer=-1):
+    """int32 ``source_ids`` [batch, S] and ``target_ids`` [batch, T] (each row subwords then EOS,
+    padded) -> float32 [batch, T, S]: row ``t`` is the encoder-decoder attention of decoder layer
+    ``layer`` (default the last, as fairseq's and OpenNMT-tf's alignments), averaged over its
+    heads, at the step that predicted target token ``t`` (its input being the tokens before it,
+    after ``start_id``): how much each source position weighed in choosing that token. Rows and
+    columns of padding are 0."""
+    start = tf.fill([tf.shape(target_ids)[0], 1], tf.constant(start_id, tf.int32))
+    target_input = tf.concat([start, target_ids[:, :-1]], axis=1)
+    weights = model.attention_weights(source_ids, target_input)["decoder_cross"][layer]
+    attention = tf.reduce_mean(tf.cast(weights, tf.float32), axis=1)
+    real = tf.cast(target_ids != model.config.pad_id, tf.float32)[:, :, None]
+    return attention * real * tf.cast(source_ids != model.config.pad_id, tf.float32)[:, None, :]
+
+
+def word_alignment(attention, source, source_spans, target, target_spans):
+    """One row of ``Translator.align_text`` (NumPy; texts as bytes) -> the hard word alignment
+    ``[(source word, target word), ...]``, 0-based indices of the whitespace-separated words of
+    the source and of the translation (``str.split()``'s), sorted by target word: each target word
+    aligned to the source word with the most attention, its subwords' attention summed over the
+    source word's subwords and averaged over its own. A subword belongs to the word holding its
+    last byte (a subword of the space before a word, to that word); a word no subword covers (a
+    character the vocabulary drops) is never aligned, and no target word is left unaligned
+    otherwise."""
+    source_words, target_words = _subword_words(source, source_spans), _subword_words(
+        target, target_spans)
+    attention = np.asarray(attention, np.float64)[:len(target_words), :len(source_words)]
+    source_count = max(source_words, default=-1) + 1
+    target_count = max(target_words, default=-1) + 1
+    if not source_count or not target_count:
+        return []
+    source_words, target_words = np.asarray(source_words), np.asarray(target_words)
+    by_source_word = np.zeros([len(target_words), source_count])
+    np.add.at(by_source_word.T, source_words[source_words >= 0],
+              attention.T[source_words >= 0])  # summed over each source word's subwords
+    by_words = np.zeros([target_count, source_count])
+    np.add.at(by_words, target_words[target_words >= 0], by_source_word[target_words >= 0])
+    pieces = np.bincount(target_words[target_words >= 0], minlength=target_count)
+    return [(int(by_words[word].argmax()), word) for word in range(target_count) if pieces[word]]
+
+
+def _subword_words(text, spans):
+    """The word (index into ``text.split()``) of each subword of ``spans`` ([start, end) bytes,
+    -1 after the last subword), or -1 for none."""
+    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    ends = np.cumsum([0] + [len(c.encode("utf-8")) for c in text])  # char -> byte offsets
+    words = [(ends[m.start()], ends[m.end()]) for m in re.finditer(r"\S+", text)]
+    indices = []
+    for start, end in np.asarray(spans).reshape(-1, 2):
+        if start < 0:
+            break
+        last = max(end - 1, start)
+        indices.append(next((i for i, (word_start, word_end) in enumerate(words)
+                             if last < word_end), -1))
+    return indices
+
 
 def padded_after_end(ids, end_id, pad_id):
     """int32 [batch, length] -> the same ids with every one after a row's first ``end_id`` set to
@@ -482,6 +578,22 @@ def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequen
                               "tokens": int(outputs["tokens"][row]),
                               "nll_per_token": float(outputs["nll_per_token"][row]),
                               "truncated": bool(outputs["truncated"][row])}
+    return results
+
+
+def align_in_batches(align_fn: Callable, sources: Sequence[str], targets: Sequence[str],
+                     batch_size: int = 32, progress: Callable[[int], None] = None) -> List[list]:
+    """``translate_in_batches`` for word alignments: ``align_fn`` maps two tf.string [batch]
+    (sources, their translations) to the dict of ``Translator.align_text``. One
+    ``word_alignment`` list per pair, in input order."""
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: they must pair up.")
+    results = [None] * len(sources)
+    for indices, outputs in _length_sorted_batches(align_fn, [sources, targets], batch_size, progress):
+        for row, index in enumerate(indices):
+            results[index] = word_alignment(
+                outputs["attention"][row], outputs["sources"][row], outputs["source_spans"][row],
+                outputs["targets"][row], outputs["target_spans"][row])
     return results
 
 

@@ -215,6 +215,13 @@ class SubwordTokenizer(tf.Module):
         return self._sp.tokenize(texts)
 
     @tf.autograph.experimental.do_not_convert
+    def tokenize_with_offsets(self, texts):
+        """``tokenize`` and where each subword lies in its text: ``(ids, starts, ends)``, each
+        ``tf.RaggedTensor`` [N, (subwords)], the subword's byte span ``[start, end)``."""
+        texts = tf.convert_to_tensor(texts, dtype=tf.string)
+        return self._sp.tokenize_with_offsets(texts)
+
+    @tf.autograph.experimental.do_not_convert
     def detokenize(self, ids) -> tf.Tensor:
         """int ids [N, T] (dense, 0/EOS-padded) or ragged -> ``tf.string`` [N].
 

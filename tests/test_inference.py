@@ -228,6 +228,35 @@ def test_pairs_scored_in_batches_come_back_in_input_order(translator):
         inference.score_in_batches(score, sources, targets[:4])
 
 
+def test_a_target_word_is_aligned_to_the_source_word_its_subwords_attend_to_most():
+    """``word_alignment``: a source word's attention is its subwords' sum, a target word's the
+    mean of its subwords'; EOS and padding are no words (their attention is left out); words are
+    the text's whitespace-separated ones, found by the subwords' byte spans."""
+    from keras_transformer.inference import word_alignment
+
+    # "Hello world." as SentencePiece cuts it: ▁Hel lo ▁world . (▁world from the space on), EOS,
+    # padding; "Hallo Welt": ▁Hallo ▁We lt, EOS, padding.
+    source, source_spans = b"Hello world.", [[0, 3], [3, 5], [5, 11], [11, 12], [-1, -1], [-1, -1]]
+    target, target_spans = b"Hallo Welt", [[0, 5], [5, 8], [8, 10], [-1, -1], [-1, -1]]
+    attention = np.full([5, 6], 0.9)  # EOS and padding: left out, however large
+    attention[:3, :4] = [[0.3, 0.3, 0.35, 0.05],  # one subword's maximum is in "world",
+                         [0.3, 0.3, 0.4, 0.0],  # the sums are "Hello"'s
+                         [0.0, 0.0, 0.5, 0.5]]  # "Welt": "Hello" for "We" alone, "world" on average
+    assert word_alignment(attention, source, source_spans, target, target_spans) == [(0, 0), (1, 1)]
+    assert word_alignment(attention, source, source_spans, b"", [[-1, -1]] * 5) == []
+    # A word the vocabulary has no subword for (U+FFFD, dropped) is skipped, not renumbered: the
+    # indices stay those of str.split(); a subword of the space before a word (▁ alone, an empty
+    # span) belongs to that word.
+    target = "Hallo \ufffd Welt".encode()  # ▁H all o ▁W elt; ▁W spans " \ufffd W"
+    target_spans = [[0, 1], [1, 4], [4, 5], [5, 11], [11, 14], [-1, -1]]
+    source = "\u00e4rger x".encode()  # ▁ \u00e4r ger ▁x
+    source_spans = [[0, 0], [0, 3], [3, 6], [6, 8], [-1, -1]]
+    attention = np.tile([0.0, 0.0, 0.0, 1.0, 0.0], (6, 1))  # every target subword on ▁x
+    assert word_alignment(attention, source, source_spans, target, target_spans) == [(1, 0), (1, 2)]
+    attention = np.tile([1.0, 0.0, 0.0, 0.0, 0.0], (6, 1))  # on the ▁ of "\u00e4rger"
+    assert word_alignment(attention, source, source_spans, target, target_spans) == [(0, 0), (0, 2)]
+
+
 def test_nbest_lines_are_read_as_translate_writes_them():
     assert inference.parse_nbest_line(b"12\t-1.5000\tDas\tist gut.") == (12, -1.5, b"Das\tist gut.")
     assert inference.parse_nbest_line(b"0\t-inf\t") == (0, float("-inf"), b"")

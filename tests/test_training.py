@@ -236,6 +236,19 @@ def test_tiny_preset_learns_to_reverse_sequences(tmp_path):
     assert summary["final_dev_accuracy"] >= 0.95, summary
     assert recorder.losses[-1] < recorder.losses[0] / 2
     assert summary["steps"] == 500 and summary["stop_reason"] == "train_steps"
+    # Its encoder-decoder attention (what trainers.translate --alignments reads) aligns each
+    # output token with the source token it reverses, and nothing with padding.
+    from keras_transformer.inference import cross_attention
+    from toy import BOS_ID
+
+    (source, _), target = next(iter(toy_dataset_fn(seed=7, **dataset)(tf.distribute.InputContext())))
+    attention = cross_attention(trainer.model, source, target, BOS_ID).numpy()
+    lengths = (source.numpy() != 0).sum(axis=1) - 1  # the words before EOS
+    hits = [attention[row, t, :n + 1].argmax() == n - 1 - t
+            for row, n in enumerate(lengths) for t in range(n)]
+    assert np.mean(hits) >= 0.9, np.mean(hits)
+    for row, n in enumerate(lengths):
+        assert not attention[row, n + 1:].any() and not attention[row, :, n + 1:].any()
     written = read_json(tmp_path / "summary.json")
     assert written["final_dev_accuracy"] == summary["final_dev_accuracy"]
     assert summary["source_tokens"] > 0 and summary["tokens_per_second"] > 0

@@ -391,6 +391,40 @@ def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(s
                            "--n_best=3", "--beam_size=2"), "--n_best=3 exceeds --beam_size=2")
 
 
+def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation(setup,
+                                                                                  checkpoint_output):
+    from keras_transformer import inference
+    from keras_transformer.runs import load_translator
+
+    code, stdout, stderr = run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
+                               f"--input={setup['input']}", "--show_scores", "--batch_size=2",
+                               "--beam_size=2", "--extra_length=6")
+    assert code == 0, stderr
+    rows = [line.split("\t") for line in stdout.decode("utf-8").split("\n")[:-1]]
+    want = parse(checkpoint_output[0])  # the same translations and scores as without alignments
+    assert [text for _, text, _ in rows] == [text for _, text in want]
+    assert [float(score) for score, _, _ in rows] == pytest.approx([s for s, _ in want], abs=2e-4)
+    translator = load_translator(setup["model_dir"], None, DecodingConfig(**BEAM))
+    lines = [line for line in LINES if line.strip()]
+    translations = [text for line, (_, text) in zip(LINES, want) if line.strip()]
+    expected = iter(inference.align_in_batches(translator.align_function(), lines, translations))
+    for line, (_, text, alignment) in zip(LINES, rows):
+        if not line.strip():
+            assert (text, alignment) == ("", "")
+            continue
+        pairs = next(expected)
+        assert alignment == " ".join(f"{source}-{target}" for source, target in pairs)
+        # at most one pair per whitespace word of the translation, in order, each to a source
+        # word (a word of characters the vocabulary drops, as this untrained model's U+FFFD, has
+        # none)
+        targets = [target for _, target in pairs]
+        assert targets == sorted(set(targets)) and all(t < len(text.split()) for t in targets)
+        assert all(0 <= source < len(line.split()) for source, _ in pairs)
+        assert pairs or "\ufffd" in text
+    assert_clean_error(run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
+                           "--n_best=2", "--text=Hello."), "--alignments with --n_best=2")
+
+
 # --- sampling and ensembles (issue 34) -------------------------------------------------------------
 
 

@@ -79,6 +79,13 @@ flags.DEFINE_integer("batch_size", 32, "Sentences per batch (sorted by length)."
 flags.mark_flags_as_mutual_exclusive(["input", "text"])
 flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines (--n_best > 1 always "
                   "writes the scores).")
+flags.DEFINE_bool("alignments", False,
+                  "Append to each translation a TAB and its word alignment to the input: "
+                  "SOURCE-TARGET pairs of 0-based indices of whitespace-separated words (Pharaoh "
+                  "format, as fast_align and fairseq write it), each translated word with the "
+                  "source word its subwords attended to most in the last decoder layer (heads "
+                  "averaged, as fairseq and OpenNMT-tf align). Not with --n_best; a SavedModel's "
+                  "model is rebuilt here for it.")
 flags.DEFINE_integer("n_best", 1,
                      "Write the K best hypotheses of the beam per input, best first, as "
                      "INDEX<TAB>SCORE<TAB>TRANSLATION lines (INDEX: the 0-based input line); at most "
@@ -108,6 +115,9 @@ def check_flags():
     if sampling and FLAGS.n_best > 1:
         raise app.UsageError(f"--n_best={FLAGS.n_best} with {', '.join(sampling)}: sampling draws "
                              "one translation per input, not an n-best list; drop one of them.")
+    if FLAGS.alignments and FLAGS.n_best > 1:
+        raise app.UsageError(f"--alignments with --n_best={FLAGS.n_best}: alignments are of one "
+                             "translation per input; drop one of them.")
     if FLAGS.saved_model is not None:
         run_flags.check_saved_models(FLAGS.saved_model)
     elif FLAGS.vocab_path is not None:
@@ -127,8 +137,9 @@ def check_flags():
 def searched_here():
     """Whether --saved_model's weights are searched by this program (``run_flags.
     load_exported_translator``) rather than by the export's own graph: a search or sampling flag
-    is given, which that graph has no input for, or several SavedModels (an ensemble)."""
-    return bool(decoding_flags.given() or sampling_flags.given()
+    is given, which that graph has no input for, several SavedModels (an ensemble), or
+    --alignments (the attention, which no signature returns)."""
+    return bool(decoding_flags.given() or sampling_flags.given() or FLAGS.alignments
                 or len(run_flags.saved_models(FLAGS.saved_model)) > 1)
 
 
@@ -176,9 +187,27 @@ def load_translate_fn():
         if sampling is not None:
             description += f", {sampling_flags.describe(sampling)}"
         fn = translator.nbest_function() if nbest else translator.text_function(sampling)
+        if FLAGS.alignments:
+            return aligned(fn, translator.align_function()), source, description
     batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
     return (lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress),
             source, description)
+
+
+def aligned(translate_fn, align_fn):
+    """``load_translate_fn``'s ``translate`` for --alignments: each result with its
+    ``"alignment"`` (``inference.word_alignment``'s pairs), found by forced decoding of the
+    translation."""
+    from keras_transformer import inference
+
+    def translate(sentences, progress=None):
+        results = inference.translate_in_batches(translate_fn, sentences, FLAGS.batch_size, progress)
+        links = inference.align_in_batches(align_fn, sentences,
+                                           [result["translation"] for result in results],
+                                           FLAGS.batch_size)
+        return [{**result, "alignment": pairs} for result, pairs in zip(results, links)]
+
+    return translate
 
 
 class LineReader:
@@ -234,6 +263,9 @@ def format_result(index, result):
         return [f"{index}\t{score:.4f}\t{clean(text)}" for text, score in
                 zip(result["translations"][:FLAGS.n_best], result["scores"][:FLAGS.n_best])]
     text = clean(result["translation"])
+    if FLAGS.alignments:  # the alignment is the last field: no tab of the translation's before it
+        text = text.replace("\t", " ") + "\t" + " ".join(
+            f"{source}-{target}" for source, target in result["alignment"])
     return [f"{result['score']:.4f}\t{text}" if FLAGS.show_scores else text]
 
 
@@ -243,7 +275,7 @@ def blank_result(index):
     if FLAGS.n_best > 1:
         return format_result(index, {"translations": [""] * FLAGS.n_best,
                                      "scores": [0.0] + [float("-inf")] * (FLAGS.n_best - 1)})
-    return format_result(index, {"translation": "", "score": 0.0})
+    return format_result(index, {"translation": "", "score": 0.0, "alignment": []})
 
 
 def translate_chunk(translate, lines, first, progress):
