@@ -15,7 +15,9 @@ functions are what the SavedModel exports:
   ``{"translations", "scores"}`` each ``[batch, beam]`` and ``"truncated"`` ``[batch]``;
 - ``score_text(sources, targets)``: two ``tf.string [batch]`` -> the targets' log-probabilities by
   forced decoding, ``{"log_prob", "tokens", "nll_per_token", "truncated"}``; ``score_ids`` the same
-  from ids, core TensorFlow ops only.
+  from ids, core TensorFlow ops only;
+- ``align_text(sources, translations)``: what their word alignment is read from (the last decoder
+  layer's attention by forced decoding, ``cross_attention``; ``word_alignment``), not exported.
 
 Each as a ``tf.function`` over its input signature (``text_function()``, ``ids_function()``,
 ``nbest_function()``, ``score_function()``, ``score_ids_function()``) is made once per translator and

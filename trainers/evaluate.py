@@ -39,9 +39,9 @@ exports recorded it) gets the data flags' defaults. The first line says which co
 Beam settings apply with --model_dir (section 6.1 defaults: beam 4, alpha 0.6). A SavedModel is
 scored with the search it was exported with, by its own graph; a beam flag given with it rebuilds
 its model here and searches its weights with the settings it was exported with, each flag given
-replacing its own (``run_flags.load_exported_translator``). Several comma-separated SavedModels
-are an ensemble, rebuilt so (the corpus is the first one's). Several comma-separated runs in --model_dir are an ensemble, decoded together
-(memory and time grow linearly with the runs; the corpus is the first run's).
+replacing its own (``run_flags.load_exported_translator``). Several comma-separated runs in
+--model_dir are an ensemble, decoded together (memory and time grow linearly with the runs; the
+corpus is the first run's); so are several comma-separated SavedModels, rebuilt here.
 """
 
 from absl import flags

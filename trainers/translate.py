@@ -27,6 +27,8 @@ One output line per input line; an empty or whitespace-only line gives an empty 
 as bytes: invalid UTF-8 is replaced by U+FFFD, not fatal. An input longer than the model's
 ``max_length`` subwords is cut to it and translated anyway; its line number goes to stderr.
 With --show_scores each line is ``SCORE<TAB>TRANSLATION`` (score = log P / length penalty).
+With --alignments each line ends in a tab and the translation's word alignment to its input,
+``SOURCE-TARGET`` pairs of 0-based word indices (``inference.word_alignment``; docs/decoding.md).
 With --n_best=K > 1 each input gets K lines ``INDEX<TAB>SCORE<TAB>TRANSLATION``, best first, INDEX
 being the 0-based input line number; an empty input line gets the empty translation with score 0,
 then K - 1 lines with score -inf and no text (as does a slot the search could not fill).
