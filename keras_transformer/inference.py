@@ -138,7 +138,10 @@ class Translator(tf.Module):
     def source_ids(self, texts):
         """tf.string [batch] -> (int32 [batch, length] subwords + EOS padded with 0, truncated bool
         [batch], empty bool [batch])."""
-        pieces = self.tokenizer.tokenize(cleaned_texts(texts))
+        return self._ids(self.tokenizer.tokenize(cleaned_texts(texts)))
+
+    def _ids(self, pieces):
+        """``source_ids``' triple of tokenized texts (ragged subword ids)."""
         limit = self.max_source_length - 1  # room for EOS
         truncated = pieces.row_lengths() > limit
         pieces = pieces[:, :limit]
@@ -341,24 +344,23 @@ class Translator(tf.Module):
         UTF-8 replaced, spaces stripped: as ``score_text`` reads them); ``"source_spans"`` and
         ``"target_spans"``, int64 [batch, S or T, 2], each subword's byte span in its text, -1
         for EOS and padding. With an ensemble, the first member's attention."""
-        sources, targets = cleaned_texts(sources), cleaned_texts(targets)
-        source_ids, _, _ = self.source_ids(sources)
-        target_ids, _, _ = self.source_ids(targets)
-
-        def spans(texts, ids):
-            _, starts, ends = self.tokenizer.tokenize_with_offsets(texts)
-            limit = self.max_source_length - 1  # as source_ids cuts
-            both = tf.stack([tf.cast(starts[:, :limit], tf.int64).to_tensor(-1),
-                             tf.cast(ends[:, :limit], tf.int64).to_tensor(-1)], axis=-1)
+        def tokenized(texts):
+            """(ids as ``source_ids`` makes them, each subword's byte span) of cleaned texts."""
+            pieces, starts, ends = self.tokenizer.tokenize_with_offsets(texts)
+            ids, _, _ = self._ids(pieces)
+            limit = self.max_source_length - 1  # as _ids cuts
+            spans = tf.stack([tf.cast(starts[:, :limit], tf.int64).to_tensor(-1),
+                              tf.cast(ends[:, :limit], tf.int64).to_tensor(-1)], axis=-1)
             # as wide as the ids: their EOS column (and any padding) -1
-            return tf.pad(both, [[0, 0], [0, tf.shape(ids)[1] - tf.shape(both)[1]], [0, 0]],
-                          constant_values=-1)
+            return ids, tf.pad(spans, [[0, 0], [0, tf.shape(ids)[1] - tf.shape(spans)[1]], [0, 0]],
+                               constant_values=-1)
 
+        sources, targets = cleaned_texts(sources), cleaned_texts(targets)
+        (source_ids, source_spans), (target_ids, target_spans) = tokenized(sources), tokenized(targets)
         return {"attention": cross_attention(self.model, source_ids, target_ids,
                                              self.tokenizer.start_id),
                 "sources": sources, "targets": targets,
-                "source_spans": spans(sources, source_ids),
-                "target_spans": spans(targets, target_ids)}
+                "source_spans": source_spans, "target_spans": target_spans}
 
     def align_function(self):
         """``align_text`` as a ``tf.function`` over any batch of pairs, traced once per
