@@ -114,8 +114,5 @@ def run_dir(flag, path, checkpoint=None):
 def saved_model(flag, path):
     """``path`` is a SavedModel version folder, or a base folder with numeric versions."""
     input_dir(flag, path)
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return
-    if not any(name.isdigit() and os.path.isfile(os.path.join(path, name, "saved_model.pb"))
-               for name in os.listdir(path)):
+    if not holds_saved_model(path):
         _fail(flag, path, "holds no saved_model.pb and no numeric version folder with one")

@@ -127,8 +127,7 @@ def read_pairs(config, split, limit, origin):
 def load_translate_fn():
     from keras_transformer import inference
 
-    if FLAGS.saved_model and (decoding_flags.given()
-                              or len(run_flags.saved_models(FLAGS.saved_model)) > 1):
+    if run_flags.rebuilds_saved_model():
         translator, loaded = run_flags.load_exported_translator(FLAGS.saved_model)
     elif FLAGS.saved_model:
         from keras_transformer.export.common import recorded_weights

@@ -98,6 +98,17 @@ def saved_models(value):
     return value.split(",")
 
 
+def rebuilds_saved_model(*other_reasons):
+    """Whether --saved_model is rebuilt in the program (``load_exported_translator``) rather than
+    run as its own graph: a search flag is given (the graph's search is fixed), several
+    SavedModels are named (an ensemble), or one of the program's ``other_reasons`` holds (e.g.
+    translate's sampling flags)."""
+    from . import decoding_flags
+
+    return bool(FLAGS.saved_model) and bool(
+        decoding_flags.given() or len(saved_models(FLAGS.saved_model)) > 1 or any(other_reasons))
+
+
 def check_saved_models(value):
     """Each SavedModel of a --saved_model value, and none of a run's flags beside it, before
     anything slow."""

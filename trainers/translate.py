@@ -136,15 +136,6 @@ def check_flags():
         run_flags.check_runs()
 
 
-def searched_here():
-    """Whether --saved_model's weights are searched by this program (``run_flags.
-    load_exported_translator``) rather than by the export's own graph: a search or sampling flag
-    is given, which that graph has no input for, several SavedModels (an ensemble), or
-    --alignments (the attention, which no signature returns)."""
-    return bool(decoding_flags.given() or sampling_flags.given() or FLAGS.alignments
-                or len(run_flags.saved_models(FLAGS.saved_model)) > 1)
-
-
 def check_exported_beam(beam_size, source):
     """--n_best within the beam the SavedModel ``source`` was exported with."""
     if beam_size is not None and FLAGS.n_best > beam_size:
@@ -161,7 +152,10 @@ def load_translate_fn():
     from keras_transformer import inference
 
     nbest = FLAGS.n_best > 1
-    if FLAGS.saved_model is not None and not searched_here():
+    # A SavedModel is rebuilt also for sampling and for --alignments (the attention), which no
+    # signature of its graph serves.
+    if FLAGS.saved_model is not None and not run_flags.rebuilds_saved_model(
+            sampling_flags.given(), FLAGS.alignments):
         # The export's own graph, as a server runs it.
         if nbest:
             try:

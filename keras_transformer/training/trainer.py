@@ -76,9 +76,9 @@ class TrainingConfig:
     resumes from them instead. ``early_stopping_patience``: stop after this many dev evaluations
     (every ``dev_every_steps``) without an improvement of the dev ``early_stopping_metric``
     ("loss" or "bleu", the latter needs a dev-BLEU callback) by more than
-    ``early_stopping_min_delta`` (None: never). ``ema_decay``: keep an exponential moving average of the weights with this
-    decay in (0, 1) (``training/ema.py``): the dev set is evaluated with it, and the end of
-    training writes it to ``model_dir/ema/ckpt`` (None: no average).
+    ``early_stopping_min_delta`` (None: never). ``ema_decay``: keep an exponential moving average
+    of the weights with this decay in (0, 1) (``training/ema.py``): the dev set is evaluated with
+    it, and the end of training writes it to ``model_dir/ema/ckpt`` (None: no average).
     """
 
     model_dir: str
