@@ -135,6 +135,8 @@ def data_config(run: dict):
     recorded = run.get("data")
     if not isinstance(recorded, dict):
         return None
+    # Runs recorded before held-out splits trained on every pair of their training file.
+    recorded = {"hold_out": False, **recorded}
     try:
         return DataConfig(**recorded)
     except (TypeError, ValueError):

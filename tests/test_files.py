@@ -1,5 +1,7 @@
 """Your own parallel files (keras_transformer/data/files.py) and DataConfig validation."""
 
+import dataclasses
+
 import pytest
 
 from keras_transformer import data
@@ -182,3 +184,131 @@ def test_corpus_empty_after_length_filter_names_the_file(tmp_path):
     ok = data.DataConfig(dataset="files", train_data=tsv, max_length=9, token_budget=64)
     batches = data.make_dataset(ok, NumberTokenizer(), "train", training=True, repeat=True)
     assert next(iter(batches))[1].shape[1] == 9  # the 8-word source + EOS fits exactly
+
+
+def held_out_corpus(path, pairs, start=0):
+    """``pairs`` numbered pairs; every 50th source three times (with other targets), so that
+    copies of a source are there to be kept together."""
+    rows = []
+    for i in range(start, start + pairs):
+        rows.append((f"Sentence {i} of {i % 7} words.", f"Satz {i}."))
+        if i % 50 == 0:
+            rows += [(rows[-1][0], f"Satz {i}, anders {k}.") for k in range(2)]
+    write(path, "".join(f"{s}\t{t}\n" for s, t in rows))
+    return rows
+
+
+def splits_of(config):
+    return {split: list(data.decoded_pairs(data.load_text_pairs(config, split)))
+            for split in data.SPLITS}
+
+
+def test_a_single_training_file_holds_out_dev_and_test_by_the_source_sentence(tmp_path,
+                                                                             monkeypatch):
+    """Dev and test not given: held out of the training file, each about HELD_OUT_PAIRS (5
+    standard deviations of the binomial count allowed), the three splits a partition of the
+    file (train in its order), every copy of a source in one split, the same each time; and when
+    the file grows, its test pairs are old test pairs or new ones, never old training pairs.
+    (Smaller held-out splits than the real ones, so that a small file is past the share cap.)"""
+    import collections
+
+    monkeypatch.setattr(files, "HELD_OUT_PAIRS", {"test": 100, "dev": 50})
+    rows = held_out_corpus(tmp_path / "train.tsv", 4000)
+    config = data.DataConfig(dataset="files", train_data=str(tmp_path / "train.tsv"),
+                             data_dir=str(tmp_path))
+    assert data.held_out_splits(config) == ("dev", "test")
+    splits = splits_of(config)
+    for split, expected in files.HELD_OUT_PAIRS.items():
+        share = expected / len(rows)
+        assert abs(len(splits[split]) - expected) < 5 * (len(rows) * share * (1 - share)) ** 0.5
+    assert collections.Counter(sum(splits.values(), [])) == collections.Counter(rows)
+    training = set(splits["train"])
+    assert splits["train"] == [row for row in rows if row in training]
+    sources = {split: {s for s, _ in pairs} for split, pairs in splits.items()}
+    assert not sources["train"] & sources["dev"] and not sources["train"] & sources["test"]
+    assert not sources["dev"] & sources["test"]
+    assert splits_of(config) == splits
+    assert "dev and test held out of" in data.held_out_note(config)
+
+    grown = held_out_corpus(tmp_path / "grown.tsv", 6000)  # the first 4,000 rows, then more
+    assert grown[:len(rows)] == rows
+    bigger = data.DataConfig(dataset="files", train_data=str(tmp_path / "grown.tsv"),
+                             data_dir=str(tmp_path))
+    grown_splits = splits_of(bigger)
+    assert not set(grown_splits["test"]) & set(splits["train"])
+    assert not set(grown_splits["dev"]) & set(splits["train"])
+    assert set(grown_splits["test"]) - set(rows)  # new pairs come in
+
+
+def test_a_split_given_is_read_from_its_file_and_only_the_others_are_held_out(tmp_path):
+    rows = held_out_corpus(tmp_path / "train.tsv", 3000)
+    test_file = write(tmp_path / "test.tsv", "Ein Test.\tA test.\n")
+    both = data.DataConfig(dataset="files", train_data=str(tmp_path / "train.tsv"),
+                           data_dir=str(tmp_path))
+    given_test = dataclasses.replace(both, test_data=test_file)
+    assert data.held_out_splits(given_test) == ("dev",)
+    splits = splits_of(given_test)
+    assert splits["test"] == [("Ein Test.", "A test.")]
+    # the dev pairs are the same either way; the test's hash slice stays in training
+    assert splits["dev"] == splits_of(both)["dev"]
+    assert sorted(splits["train"] + splits["dev"]) == sorted(rows)
+    assert data.held_out_note(given_test).startswith("dev held out of ")
+    # each configuration its own vocabulary: their training text differs
+    paths = {c.effective_vocab_path for c in (both, given_test,
+                                               dataclasses.replace(both, hold_out=False))}
+    assert len(paths) == 3
+
+
+def test_no_hold_out_from_a_small_file_or_when_turned_off(tmp_path):
+    """A file under HELD_OUT_MIN_PAIRS, or hold_out=False: every pair trains, and the missing
+    split's message says why it is missing."""
+    small = held_out_corpus(tmp_path / "small.tsv", files.HELD_OUT_MIN_PAIRS - 10)
+    config = data.DataConfig(dataset="files", train_data=str(tmp_path / "small.tsv"))
+    assert data.held_out_splits(config) == () and data.held_out_note(config) == ""
+    assert read_all(data.load_text_pairs(config, "train")) == small
+    with pytest.raises(ValueError, match=rf"test_data is not set: .*\(train_data has {len(small)} "
+                                         rf"pairs, too few to hold a test split out of: at least "
+                                         rf"{files.HELD_OUT_MIN_PAIRS}\)"):
+        data.load_text_pairs(config, "test")
+    large = held_out_corpus(tmp_path / "large.tsv", 3000)
+    off = data.DataConfig(dataset="files", train_data=str(tmp_path / "large.tsv"), hold_out=False)
+    assert data.held_out_splits(off) == ()
+    assert read_all(data.load_text_pairs(off, "train")) == large
+    with pytest.raises(ValueError, match=r"dev_data is not set: .*TGT_PATH\)\.$"):
+        data.load_text_pairs(off, "dev")
+
+
+def test_a_held_out_split_that_gets_no_pair_says_so(tmp_path):
+    """Enough lines but few different sources (each lands whole in one split): an empty held-out
+    split is one error naming the file and what to pass, not an empty dev set."""
+    few = write(tmp_path / "few.tsv", "".join(f"Sentence {i}.\tSatz {i}.\n" for i in range(4)) * 30)
+    config = data.DataConfig(dataset="files", train_data=few)
+    assert data.held_out_splits(config) == ("dev", "test")
+    splits = splits_of_or_errors(config)
+    assert any(isinstance(value, ValueError) for value in splits.values())
+    for split in ("dev", "test"):
+        if isinstance(splits[split], ValueError):
+            assert str(splits[split]) == (
+                f"train_data={few!r}: no {split} pairs held out of it: its 120 pairs have too few "
+                "different source sentences to fall into the held-out share; pass "
+                f"{split}_data, or hold_out=False to train on every pair.")
+        else:
+            assert splits[split]
+
+
+def splits_of_or_errors(config):
+    found = {}
+    for split in data.SPLITS:
+        try:
+            found[split] = list(data.decoded_pairs(data.load_text_pairs(config, split)))
+        except ValueError as error:
+            found[split] = error
+    return found
+
+
+def test_runs_recorded_before_held_out_splits_trained_on_every_pair():
+    from keras_transformer import runs
+
+    recorded = {"dataset": "files", "train_data": "train.tsv"}
+    assert runs.data_config({"data": recorded}).hold_out is False
+    assert runs.data_config({"data": {**recorded, "hold_out": True}}).hold_out is True

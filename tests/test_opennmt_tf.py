@@ -41,7 +41,10 @@ def test_export_gives_the_trainers_pairs_as_pieces_under_the_same_ids(tmp_path):
                      for s, t in data.load_text_pairs(config, "train").as_numpy_iterator())
     config = dataclasses.replace(config, max_length=longest[len(longest) // 2])
     kept, dropped = twin.export(config, str(tmp_path / "out"))
-    assert kept and dropped and kept + dropped == 300
+    # the trainer's training pairs: the file's, but for the dev and test pairs held out of it
+    training_pairs = len(list(data.decoded_pairs(data.load_text_pairs(config, "train"))))
+    assert data.held_out_splits(config) and training_pairs < 300
+    assert kept and dropped and kept + dropped == training_pairs
     vocabulary = (tmp_path / "out" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     # OpenNMT-tf appends <unk>: the same number of ids as ours.
     assert len(vocabulary) + 1 == tokenizer.vocab_size

@@ -105,3 +105,26 @@ def test_preparing_a_corpus_changes_no_seeded_weights(ding_file, tmp_path):
     assert os.path.isdir(tmp_path / "ding_de_en")
     prepared_before = seeded_weights(prepare=True)
     assert (prepared_now == alone).all() and (prepared_before == alone).all()
+
+
+def test_a_single_own_file_shows_the_splits_held_out_of_it(tmp_path):
+    """Only --train_data: the table has dev and test rows of the pairs held out of it (as the
+    library reads them) and says where they come from; --nohold_out has neither."""
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("".join(f"This is sentence number {i}.\tDas ist Satz Nummer {i}.\n"
+                           for i in range(400)), encoding="utf-8")
+    args = ["--dataset=files", f"--train_data={tsv}", f"--data_dir={tmp_path}", "--vocab_size=320"]
+    result = run(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = data.DataConfig(dataset="files", train_data=str(tsv), data_dir=str(tmp_path))
+    for split in data.SPLITS:
+        row = re.search(rf"^{split}\s+([\d,]+)\s", result.stdout, re.M)
+        assert row, result.stdout
+        expected = len(list(data.decoded_pairs(data.load_text_pairs(config, split))))
+        assert int(row.group(1).replace(",", "")) == expected > 0
+    assert f"(dev and test held out of {tsv} by a hash of each source sentence)" in result.stdout
+
+    whole = run(*args, "--nohold_out")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    assert re.search(r"^train\s+400\s", whole.stdout, re.M) and "held out" not in whole.stdout
+    assert re.search(r"^dev\s+\(not given\)", whole.stdout, re.M)

@@ -18,7 +18,8 @@ flags.DEFINE_enum(
     "download); libreoffice_help_en_de: the LibreOffice help paragraphs in English and German "
     "(offline, Debian packages libreoffice-help-en-us and -de, split by page); ding_de_en: the "
     "Ding dictionary's example sentences (offline, Debian trans-de-en; idioms, the harder "
-    "test); files: your own --train_data/--dev_data/--test_data.",
+    "test); files: your own --train_data/--dev_data/--test_data (dev and test held out of "
+    "--train_data where not given: --hold_out).",
 )
 for _split in ("train", "dev", "test"):
     flags.DEFINE_string(
@@ -26,6 +27,14 @@ for _split in ("train", "dev", "test"):
         f"With --dataset=files: the {_split} pairs, PATH.tsv (source<TAB>target per line) or "
         "SRC_PATH,TGT_PATH (two line-aligned files); plain or gzip-compressed.",
     )
+flags.DEFINE_bool(
+    "hold_out", True,
+    "With --dataset=files: hold the dev and test pairs not given (--dev_data, --test_data) out of "
+    "--train_data, by a hash of each source sentence (every copy of a sentence in one split): "
+    "about 500 dev and 1,000 test pairs, at most 5% each of a smaller file, none of one under "
+    "100 pairs. --nohold_out trains on every pair (no dev loss; a test split only from "
+    "--test_data).",
+)
 flags.DEFINE_string("data_dir", "data", "TFDS data directory; also holds the vocabulary files.")
 flags.DEFINE_string(
     "ding_file", None,
@@ -78,7 +87,7 @@ FLAGS = flags.FLAGS
 # training batches). Such a command lists them in its --help with
 # ``for name in CORPUS_FLAGS: flags.declare_key_flag(name)``.
 CORPUS_FLAGS = ("dataset", "data_dir", "ding_file", "libreoffice_help_dir", "train_data",
-                "dev_data", "test_data")
+                "dev_data", "test_data", "hold_out")
 
 
 def bucket_multiple_for(xla: bool) -> int:
@@ -106,6 +115,7 @@ def data_config(xla: bool = False, writes: bool = True, **overrides) -> DataConf
         max_length=FLAGS.max_length,
         token_budget=FLAGS.token_budget,
         subword_sampling=FLAGS.subword_sampling,
+        hold_out=FLAGS.hold_out,
         bucket_multiple=(bucket_multiple_for(xla) if FLAGS.bucket_multiple is None
                          else FLAGS.bucket_multiple),
     )

@@ -106,6 +106,8 @@ def describe_data(config, split, origin):
     """One line naming the corpus and split scored, e.g. ``data: libreoffice_help_en_de test
     split (from the export)``."""
     spec = getattr(config, f"{split}_data")
+    if split in config.holds_out():
+        spec = f"held out of {config.train_data}"
     return f"data: {config.dataset} {split} split{f' {spec}' if spec else ''} (from {origin})"
 
 

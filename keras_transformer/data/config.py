@@ -41,6 +41,8 @@ class DataConfig:
     ``bucket_multiple``: bucket boundaries are rounded to this grid (8: ~20 shapes for XLA;
     1: tensor2tensor's exact x1.1 grid, ~40 shapes, less padding on short sentences).
     ``subword_sampling``: BPE-dropout probability for the training batches only (0: off).
+    ``hold_out``: own files only: a dev or test split without a file of its own is held out of
+    ``train_data`` (``data/files.py``, "Held-out splits"); False trains on every pair of it.
     """
 
     dataset: str = DING_DATASET
@@ -56,6 +58,7 @@ class DataConfig:
     token_budget: int = 25000
     bucket_multiple: int = 8
     subword_sampling: float = 0.0
+    hold_out: bool = True
     seed: int = 1
 
     def __post_init__(self):
@@ -101,6 +104,15 @@ class DataConfig:
             return self.vocab_size
         return DEFAULT_VOCAB_SIZES.get(self.dataset, DEFAULT_VOCAB_SIZE)
 
+    def holds_out(self) -> tuple:
+        """The splits (of "dev", "test") that may be held out of ``train_data``: own files
+        with ``hold_out`` and a training file, whose dev or test has no file of its own. Whether
+        they are depends on the file's size too (``data.held_out_splits``)."""
+        if self.dataset != FILES_DATASET or not self.hold_out or not self.train_data:
+            return ()
+        return tuple(split for split, spec in (("dev", self.dev_data), ("test", self.test_data))
+                     if not spec)
+
     @property
     def target_language(self) -> Optional[str]:
         """The language code of the target side, for sacreBLEU's tokenizer and the Moses rules of
@@ -118,5 +130,7 @@ class DataConfig:
         name = self.dataset
         if self.dataset == FILES_DATASET:
             spec = os.path.abspath(self.train_data or self.dev_data or self.test_data or "")
+            if self.holds_out():  # its training text is what the held-out splits leave
+                spec += " holding out " + ",".join(self.holds_out())
             name += "-" + hashlib.sha256(spec.encode("utf-8")).hexdigest()[:8]
         return os.path.join(self.data_dir, "vocab", f"{name}-{self.effective_vocab_size}.model")

@@ -7,6 +7,13 @@ corpus size) and every problem is reported with file and line: missing file, inv
 empty line (but for those at a file's end, which many editors leave), TSV line without exactly one
 tab, different line counts, empty corpus. The ``tf.data`` pipeline then reads the files' sentence
 lines with ``TextLineDataset``.
+
+Held-out splits: a dev or test split not given as files of its own is held out of the training
+file (``DataConfig.hold_out``), as the offline corpora's are: the pairs whose source sentence
+hashes into the split's slice of the hash space, so that every copy of a source sentence lands in
+one split. A slice holds about ``HELD_OUT_PAIRS`` of the file's pairs (at most
+``HELD_OUT_MAX_SHARE`` of a small file) and shrinks as the file grows: the test pairs of a grown
+file are test pairs of the old one or new pairs, never pairs a model of the old file trained on.
 """
 
 import contextlib
@@ -14,10 +21,18 @@ import dataclasses
 import gzip
 import os
 import zlib
-from typing import TYPE_CHECKING, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     import tensorflow as tf
+
+# The expected size of each held-out split, as the offline corpora's (docs/data.md), and the
+# largest share of a small file's pairs each takes; a file of fewer pairs than
+# HELD_OUT_MIN_PAIRS holds none out (a few pairs would measure nothing).
+HELD_OUT_PAIRS = {"test": 1000, "dev": 500}
+HELD_OUT_MAX_SHARE = 0.05
+HELD_OUT_MIN_PAIRS = 100
+HASH_BUCKETS = 1 << 32
 
 BOM = "\ufeff"  # some editors start UTF-8 files with it; it is not part of the first sentence
 GZIP_MAGIC = b"\x1f\x8b"
@@ -173,3 +188,32 @@ def load(spec: FileSpec) -> "tf.data.Dataset":
         _lines_of(spec.source).take(pairs).map(tf.strings.strip),
         _lines_of(spec.target).take(pairs).map(tf.strings.strip),
     )
+
+
+def held_out_buckets(pairs: int) -> Dict[str, Tuple[int, int]]:
+    """The ``[first, end)`` hash buckets of each held-out split of a training file of ``pairs``
+    pairs: test's from 0, dev's after it. Both shrink as ``pairs`` grows."""
+    ranges, start = {}, 0
+    for split in ("test", "dev"):
+        end = start + round(min(HELD_OUT_PAIRS[split] / pairs, HELD_OUT_MAX_SHARE) * HASH_BUCKETS)
+        ranges[split], start = (start, end), end
+    return ranges
+
+
+def hold_out(pairs: "tf.data.Dataset", total: int, split: str,
+             held_out: Sequence[str]) -> "tf.data.Dataset":
+    """``split``'s pairs of a training file's ``pairs`` (``total`` of them) whose ``held_out``
+    splits are held out of it: a held-out split's own pairs, or for "train" those of none."""
+    import tensorflow as tf
+
+    ranges = held_out_buckets(total)
+    inside = [ranges[split]] if split != "train" else [ranges[other] for other in held_out]
+
+    def select(sources, targets):  # a block at a time: one element at a time costs more
+        buckets = tf.strings.to_hash_bucket_fast(sources, HASH_BUCKETS)
+        hit = tf.reduce_any(tf.stack([(buckets >= first) & (buckets < end)
+                                      for first, end in inside]), axis=0)
+        keep = hit if split != "train" else tf.logical_not(hit)
+        return tf.boolean_mask(sources, keep), tf.boolean_mask(targets, keep)
+
+    return pairs.batch(4096).map(select).unbatch()

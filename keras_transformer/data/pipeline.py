@@ -121,14 +121,59 @@ def load_text_pairs(config: DataConfig, split: str, limit: Optional[int] = None)
         examples = builder.as_dataset(split=name, shuffle_files=False)
         return examples.map(lambda ex: (ex["en"], ex["de"]), num_parallel_calls=tf.data.AUTOTUNE)
     assert config.dataset == FILES_DATASET
+    held_out = held_out_splits(config)
     spec = getattr(config, _SPEC_FLAGS[split])
-    if not spec:
+    if split in held_out or (split == "train" and held_out):
+        training_file = files.parse_spec(config.train_data, "train_data")
+        total = files.check(training_file)
+        pairs = files.hold_out(files.load(training_file), total, split, held_out)
+        if split != "train" and not any(True for _ in pairs.take(1)):
+            raise ValueError(
+                f"train_data={config.train_data!r}: no {split} pairs held out of it: its {total} "
+                "pairs have too few different source sentences to fall into the held-out share; "
+                f"pass {_SPEC_FLAGS[split]}, or hold_out=False to train on every pair."
+            )
+    elif spec:
+        pairs = files.load(files.parse_spec(spec, _SPEC_FLAGS[split]))
+    else:
+        why = ""
+        if split in config.holds_out():
+            why = (f" (train_data has {files.check(files.parse_spec(config.train_data))} pairs, "
+                   f"too few to hold a {split} split out of: at least "
+                   f"{files.HELD_OUT_MIN_PAIRS})")
         raise ValueError(
             f"{_SPEC_FLAGS[split]} is not set: dataset='files' needs it for the {split} split "
-            "(PATH.tsv or SRC_PATH,TGT_PATH)."
+            f"(PATH.tsv or SRC_PATH,TGT_PATH){why}."
         )
-    pairs = files.load(files.parse_spec(spec, _SPEC_FLAGS[split]))
     return pairs.take(limit) if limit else pairs
+
+
+def held_out_splits(config: DataConfig) -> Tuple[str, ...]:
+    """The splits held out of ``config``'s training file (``data/files.py``, "Held-out splits"):
+    those of ``config.holds_out()``, when the file has enough pairs to hold them out of."""
+    splits = config.holds_out()
+    if splits and files.check(files.parse_spec(config.train_data, "train_data")) < \
+            files.HELD_OUT_MIN_PAIRS:
+        return ()
+    return splits
+
+
+def held_out_note(config: DataConfig) -> str:
+    """What ``config`` holds out of its training file, for the programs' output ("" if nothing),
+    e.g. "dev and test held out of train.tsv by a hash of each source sentence"."""
+    held_out = held_out_splits(config)
+    if not held_out:
+        return ""
+    return (f"{' and '.join(held_out)} held out of {config.train_data} by a hash of each source "
+            "sentence")
+
+
+def _describe_split(config: DataConfig, split: str) -> str:
+    """Where ``split``'s pairs come from, for messages: its file spec, the training file it is
+    held out of, or the dataset's split."""
+    if split in config.holds_out():
+        return f"the {split} pairs held out of {config.train_data}"
+    return getattr(config, _SPEC_FLAGS[split]) or f"{config.dataset} {split} split"
 
 
 def read_pairs(config: DataConfig, split: str, limit: Optional[int] = None) -> Tuple[list, list]:
@@ -224,7 +269,7 @@ def check_not_empty(
     pairs = load_text_pairs(config, split, probe)
     stats = batching.length_statistics(batching.encode_pairs(pairs, tokenizer), config.max_length)
     if stats.examples == stats.too_long:
-        source = getattr(config, _SPEC_FLAGS[split]) or f"{config.dataset} {split} split"
+        source = _describe_split(config, split)
         what = "has no sentence pairs" if not stats.examples else (
             f"is empty after filtering: its first {stats.examples} pairs are all longer than "
             f"max_length={config.max_length} tokens; raise max_length")
