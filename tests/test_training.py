@@ -464,6 +464,84 @@ def test_a_run_that_had_ended_is_left_as_it_was_and_one_a_signal_ended_is_finish
         "train_steps", "ckpt")
 
 
+class FakeClock:
+    """The trainer's clock (``time.monotonic``), advanced by hand: ten seconds a step."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+    def tick(self, step):
+        self.now += 10.0
+
+
+def test_train_minutes_bound_the_runs_training_time_in_all_across_resumptions(tmp_path,
+                                                                               monkeypatch):
+    """A run stopped by a signal and resumed ends at the step a run never stopped ends at, on the
+    same clock: resumed, it trains only the minutes left (its checkpoints record the time trained
+    up to them). Run again once they are used up it trains nothing and keeps its record; more
+    minutes train on."""
+    from keras_transformer.training import checkpoints, trainer as trainer_module
+
+    clock = FakeClock()
+    monkeypatch.setattr(trainer_module, "time", clock)
+    timed = dict(train_steps=None, train_minutes=1.0, checkpoint_every_steps=1)
+    whole = Trainer(TINY, config(tmp_path / "whole", **timed)).fit(
+        fixed_batch_fn, callbacks=[Recorder(clock.tick)])
+    assert whole["stop_reason"] == "train_minutes" and 4 < whole["steps"] < 10
+    assert whole["training_seconds"] == 10.0 * whole["steps"]
+
+    def preempt(step):
+        clock.tick(step)
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    stopped = Trainer(TINY, config(tmp_path / "run", **timed)).fit(
+        fixed_batch_fn, callbacks=[Recorder(preempt)])
+    assert (stopped["stop_reason"], stopped["steps"]) == ("sigterm", 4)
+    assert checkpoints.training_seconds(str(tmp_path / "run")) == 40.0
+    clock.now += 3600.0  # the time between the preemption and the restart counts for nothing
+    resumed = Trainer(TINY, config(tmp_path / "run", **timed)).fit(
+        fixed_batch_fn, callbacks=[Recorder(clock.tick)])
+    assert (resumed["stop_reason"], resumed["start_step"], resumed["steps"]) == (
+        "train_minutes", 4, whole["steps"])
+    assert resumed["training_seconds"] == whole["training_seconds"]
+
+    recorder = Recorder(clock.tick)
+    again = Trainer(TINY, config(tmp_path / "run", **timed)).fit(fixed_batch_fn,
+                                                                 callbacks=[recorder])
+    assert again == dict(resumed, ended_before=True) and recorder.steps == []
+    more = Trainer(TINY, config(tmp_path / "run", **dict(timed, train_minutes=1.5))).fit(
+        fixed_batch_fn, callbacks=[Recorder(clock.tick)])
+    assert more["start_step"] == whole["steps"] and more["steps"] > whole["steps"]
+    assert more["training_seconds"] == 10.0 * more["steps"]
+
+
+def test_a_checkpoint_that_records_no_training_time_resumes_from_none(tmp_path):
+    """Checkpoints of earlier versions hold no training time: the run resumes from them, its
+    time counted from zero, and its next checkpoints record it."""
+    from keras_transformer.training import checkpoints
+    from keras_transformer.weights import model_checkpoint
+
+    first = Trainer(TINY, config(tmp_path / "new", train_steps=2))
+    first.fit(fixed_batch_fn)
+    earlier = model_checkpoint(first.model, optimizer=first.optimizer, step=first.step_counter)
+    tf.train.CheckpointManager(earlier, str(tmp_path / "old"), 1).save(checkpoint_number=2)
+    assert not checkpoints.holds_training_seconds(tf.train.latest_checkpoint(str(tmp_path / "old")))
+    assert checkpoints.holds_training_seconds(tf.train.latest_checkpoint(str(tmp_path / "new")))
+    (tmp_path / "old" / "config.json").write_bytes((tmp_path / "new" / "config.json").read_bytes())
+
+    resumed = Trainer(TINY, config(tmp_path / "old", train_steps=3))
+    assert resumed.restore().endswith("ckpt-2") and float(resumed.training_seconds.numpy()) == 0
+    for a, b in zip(first.model.variables, resumed.model.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    summary = resumed.fit(fixed_batch_fn)
+    assert (summary["start_step"], summary["steps"]) == (2, 3)
+    assert 0 < checkpoints.training_seconds(str(tmp_path / "old")) == summary["training_seconds"]
+
+
 def all_finite(checkpoint_prefix):
     reader = tf.train.load_checkpoint(checkpoint_prefix)
     floats = [reader.get_tensor(key) for key in reader.get_variable_to_shape_map()]

@@ -359,6 +359,9 @@ def training_command(training_config):
                     and (flag.present or flag.name in QUICKSTART_DEFAULTS
                          or not flag.using_default_value)):
                 command.append(flag.serialize())
+    if training_config.train_minutes:  # the run's minutes in all (--train_more adds to them)
+        command = [part for part in command if not part.startswith("--train_minutes=")]
+        command.append(f"--train_minutes={training_config.train_minutes:g}")
     return command
 
 
@@ -404,6 +407,12 @@ def stage_train(data_config, training_config, strategy):
     except (ValueError, OSError) as error:
         fail("train", str(error))
     training_config = dataclasses.replace(training_config, warmup_steps=FLAGS.warmup_steps)
+    if FLAGS.train_more and training_config.train_minutes:
+        # --train_minutes more: the trainer's bound counts the run's training time in all
+        from keras_transformer.training import training_seconds
+
+        training_config = dataclasses.replace(training_config, train_minutes=round(
+            training_seconds(FLAGS.model_dir) / 60 + FLAGS.train_minutes, 2))
     say("the same training alone: " + " ".join(training_command(training_config)))
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     log_path = os.path.join(FLAGS.model_dir, runs.TRAIN_LOG)

@@ -53,7 +53,11 @@ flags.DEFINE_string("model_dir", None, "Checkpoints, TensorBoard logs, config.js
                     "summary.json; existing checkpoints are resumed. Unset: runs/<preset>.")
 flags.DEFINE_integer("train_steps", 100_000, "Optimizer updates in total (paper: 100k base, "
                      "300k big). 0: no step limit (then set --train_minutes).")
-flags.DEFINE_float("train_minutes", None, "Wall-clock budget of this run in minutes.")
+flags.DEFINE_float("train_minutes", None,
+                   "Wall-clock minutes of training for the run in all, as --train_steps counts all "
+                   "of its updates (as fairseq's stop-time-hours): resumed after a preemption or a "
+                   "SIGTERM it trains what is left; run again once they are used up, it trains "
+                   "nothing (raise it to train more).")
 flags.DEFINE_integer("warmup_steps", 4000, "warmup_steps of Eq. (3).")
 flags.DEFINE_float("learning_rate_scale", 1.0, "Multiplies the learning rate of Eq. (3).")
 flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per replica summed into one update.")

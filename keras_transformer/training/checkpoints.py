@@ -53,11 +53,12 @@ class Checkpointer:
         """Path prefix of the last complete checkpoint in ``directory`` (None if there is none)."""
         return tf.train.latest_checkpoint(self.directory)
 
-    def restore_latest(self) -> Optional[str]:
-        """Restores model, optimizer (its step, hence the learning rate, and Adam's moments)."""
+    def restore_latest(self, checkpoint: Optional[tf.train.Checkpoint] = None) -> Optional[str]:
+        """Restores model, optimizer (its step, hence the learning rate, and Adam's moments);
+        through ``checkpoint``, a view of some of the same objects, if given."""
         path = self.latest
         if path is not None:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            (checkpoint or self.checkpoint).restore(path).assert_existing_objects_matched()
         self._last_save_time = time.monotonic()
         return path
 
@@ -99,6 +100,27 @@ def checkpoint_paths(directory: str) -> list:
         return []
     # get_checkpoint_state has already joined relative entries onto ``directory``.
     return list(state.all_model_checkpoint_paths)
+
+
+# A run's training time up to a checkpoint, in seconds, is the checkpoint's variable of this name
+# (what ``TrainingConfig.train_minutes`` bounds).
+TRAINING_SECONDS = "training_seconds"
+
+
+def holds_training_seconds(path: str) -> bool:
+    """Whether the checkpoint ``path`` records its run's training time (those of earlier
+    versions do not)."""
+    return any(name.startswith(TRAINING_SECONDS + "/") for name, _ in tf.train.list_variables(path))
+
+
+def training_seconds(model_dir: str) -> float:
+    """The training time of the run in ``model_dir`` up to its latest checkpoint (0 without one,
+    or for a checkpoint that does not record it)."""
+    latest = tf.train.latest_checkpoint(model_dir)
+    if latest is None or not holds_training_seconds(latest):
+        return 0.0
+    return float(tf.train.load_checkpoint(latest).get_tensor(
+        TRAINING_SECONDS + "/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
 def checkpoint_step(path: str) -> int:

@@ -27,7 +27,8 @@ import tensorflow as tf
 from keras_transformer import runs, signals, writing
 from keras_transformer.config import TransformerConfig
 from keras_transformer.training.callbacks import Callback
-from keras_transformer.training.checkpoints import (Checkpointer, average_run,
+from keras_transformer.training.checkpoints import (TRAINING_SECONDS, Checkpointer, average_run,
+                                                    holds_training_seconds,
                                                     write_model_checkpoint)
 from keras_transformer.training.early_stopping import METRICS, EarlyStopping
 from keras_transformer.training.ema import moving_average_weights
@@ -66,8 +67,9 @@ class TrainingConfig:
     """How to train (the model's shape is ``TransformerConfig``).
 
     ``train_steps`` counts optimizer updates (each of ``accumulation_steps`` micro-batches per
-    replica); ``train_minutes`` is a wall-clock budget for this run (None: none). Either bound
-    stops training; at least one is required. ``resume_data="skip"`` replays the input pipeline
+    replica); ``train_minutes`` bounds the run's wall-clock training time in all, counted across
+    resumptions as its updates are (fairseq's ``--stop-time-hours``; None: no bound). Either bound
+    stops training, and a run resumed past one trains nothing; at least one is required. ``resume_data="skip"`` replays the input pipeline
     past the batches consumed before a restart (exact, but costs reading them again);
     ``"restart"`` starts the pipeline afresh (cheap, some batches are seen twice).
 
@@ -194,8 +196,13 @@ class Trainer:
         # Our own counter: with float16 loss scaling, skipped updates do not advance the
         # optimizer's iterations, but they did consume data.
         self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        # The run's training time up to each checkpoint, so that train_minutes bounds a run
+        # resumed after a preemption as it bounds one that never stopped.
+        self.training_seconds = tf.Variable(0.0, dtype=tf.float64, trainable=False,
+                                            name="training_seconds")
         self.checkpoint = model_checkpoint(self.model, optimizer=self.optimizer,
-                                           step=self.step_counter)
+                                           step=self.step_counter,
+                                           **{TRAINING_SECONDS: self.training_seconds})
         resolver = getattr(self.strategy, "cluster_resolver", None)
         self.checkpointer = Checkpointer(
             self.checkpoint, config.model_dir, every_steps=config.checkpoint_every_steps,
@@ -212,7 +219,12 @@ class Trainer:
         return float(self.optimizer.learning_rate)  # the schedule at the optimizer's iterations
 
     def restore(self) -> Optional[str]:
-        """Restores the latest checkpoint of ``model_dir`` if there is one; returns its path."""
+        """Restores the latest checkpoint of ``model_dir`` if there is one; returns its path.
+        One written before runs counted their training time restores without it (none before)."""
+        latest = self.checkpointer.latest
+        if latest is not None and not holds_training_seconds(latest):
+            return self.checkpointer.restore_latest(model_checkpoint(
+                self.model, optimizer=self.optimizer, step=self.step_counter))
         return self.checkpointer.restore_latest()
 
     def _write_run_config(self, run_config: Optional[dict] = None):
@@ -373,15 +385,23 @@ class Trainer:
         run a signal stopped at that step is finished now."""
         config = self.config
         reached = config.train_steps is not None and self.step >= config.train_steps
+        out_of_time = self._seconds_left() == 0
         stopped = self.early_stopping is not None and self.early_stopping.should_stop
-        if not restored or not (reached or stopped):
+        if not restored or not (reached or out_of_time or stopped):
             return None
         # Every worker reads the chief's summary (the folder is shared): all decide alike.
         recorded = runs.read_summary(config.model_dir)
-        if (recorded.get("steps") != self.step
-                or recorded.get("stop_reason") not in ("train_steps", "early_stopping")):
+        if (recorded.get("steps") != self.step or recorded.get("stop_reason") not in (
+                "train_steps", "train_minutes", "early_stopping")):
             return None
         return dict(recorded, ended_before=True)
+
+    def _seconds_left(self) -> Optional[float]:
+        """The training time ``train_minutes`` leaves the run after its restored checkpoint
+        (None: no time bound)."""
+        if not self.config.train_minutes:
+            return None
+        return max(60.0 * self.config.train_minutes - float(self.training_seconds.numpy()), 0.0)
 
     def _stops_early(self, logs, step) -> bool:
         """Feeds one dev evaluation to the early stopping; whether training should stop."""
@@ -411,6 +431,7 @@ class Trainer:
 
     def _save(self, step, run):
         self._check_finite(step, run)
+        self.training_seconds.assign(run["seconds_before"] + time.monotonic() - run["started"])
         self.checkpointer.save(step)
         run["saved_step"] = step
 
@@ -429,17 +450,18 @@ class Trainer:
     def _loop(self, iterator, dev_data, callbacks, start_step, restored):
         config = self.config
         started = time.monotonic()
-        budget = 60.0 * config.train_minutes if config.train_minutes else None
+        budget = self._seconds_left()
         interval = _Interval(time.monotonic())
         run = dict(started=started, start_step=start_step, restored=restored, last={},
+                   seconds_before=float(self.training_seconds.numpy()),
                    dev_logs={}, saved_step=start_step if restored else None,
                    source_tokens=0.0, target_tokens=0.0)
-        stop_reason = None
+        stop_reason = "train_minutes" if budget == 0 else None  # resumed with no time left
         step = start_step
         skips_are_normal = config.mixed_precision == "float16"  # dynamic loss scaling
         for callback in callbacks:
             callback.on_begin(start_step)
-        while True:
+        while stop_reason is None:
             if config.train_steps is not None and step >= config.train_steps:
                 stop_reason = "train_steps"
                 break
@@ -541,6 +563,7 @@ class Trainer:
             "averaged_checkpoint": averaged, "ema_checkpoint": run.get("ema"),
             "num_replicas": self.strategy.num_replicas_in_sync,
             "early_stopping": self.early_stopping.state() if self.early_stopping else None,
+            "training_seconds": float(self.training_seconds.numpy()),  # in all, to the last save
         }
         if self.chief:
             return runs.write_json(os.path.join(self.config.model_dir, runs.SUMMARY_FILE), summary)
