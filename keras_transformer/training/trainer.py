@@ -69,9 +69,10 @@ class TrainingConfig:
     ``train_steps`` counts optimizer updates (each of ``accumulation_steps`` micro-batches per
     replica); ``train_minutes`` bounds the run's wall-clock training time in all, counted across
     resumptions as its updates are (fairseq's ``--stop-time-hours``; None: no bound). Either bound
-    stops training, and a run resumed past one trains nothing; at least one is required. ``resume_data="skip"`` replays the input pipeline
-    past the batches consumed before a restart (exact, but costs reading them again);
-    ``"restart"`` starts the pipeline afresh (cheap, some batches are seen twice).
+    stops training, and a run resumed past one trains nothing; at least one is required.
+    ``resume_data="skip"`` replays the input pipeline past the batches consumed before a restart
+    (exact, but costs reading them again); ``"restart"`` starts the pipeline afresh (cheap, some
+    batches are seen twice).
 
     ``init_from``: a run folder, checkpoint prefix or SavedModel whose model weights a new run
     starts from (fine-tuning, see ``training/init_from.py``); a run with checkpoints of its own
