@@ -18,7 +18,8 @@
 Beside every score go its **floors** on the same sentences (:func:`floors`): copying the source, and a
 translation memory (the target of the TF-IDF-nearest training source: for the main job, the German of
 the nearest English sentence). A model below the memory has not learned to translate, whatever its
-BLEU (:func:`verdict`, on sacreBLEU).
+BLEU (:func:`verdict`, on sacreBLEU); the verdict also counts the test sources that are training
+sources too (exactly), whose translations a memory and a model may have seen.
 """
 
 import dataclasses
@@ -283,19 +284,26 @@ class Floors:
 
     copy: Evaluation
     translation_memory: Evaluation
+    # how many of the test sentences' sources are, exactly, sources of training pairs too (a
+    # memory, and a model, may have seen their translations)
+    sources_in_training: int = 0
 
     def to_dict(self) -> dict:
-        return {name: {"sacrebleu": e.sacrebleu.score, "tokenized_bleu": e.tokenized.score,
-                       "chrf": e.chrf.score}
-                for name, e in (("copy", self.copy), ("translation_memory", self.translation_memory))}
+        scores = {name: {"sacrebleu": e.sacrebleu.score, "tokenized_bleu": e.tokenized.score,
+                         "chrf": e.chrf.score}
+                  for name, e in (("copy", self.copy), ("translation_memory", self.translation_memory))}
+        return dict(scores, sources_in_training=self.sources_in_training)
 
 
 def floors(sources: Sequence[str], references: Sequence[str],
            train_pairs: Sequence[Tuple[str, str]], lang: Optional[str] = None) -> Floors:
     """Copy and translation-memory BLEU (both ways) and chrF on ``sources``/``references``."""
     memory = TranslationMemory(train_pairs).lookup(list(sources))
+    wanted = set(sources)  # the test's: a set of a large training corpus's sources would be large
+    trained = {source for source, _ in train_pairs if source in wanted}
     return Floors(evaluate_translations(copy_floor(sources), references, lang),
-                  evaluate_translations(memory, references, lang))
+                  evaluate_translations(memory, references, lang),
+                  sum(source in trained for source in sources))
 
 
 def floor_lines(result: Evaluation, floors: Floors) -> list:
@@ -309,9 +317,14 @@ def verdict(result: Evaluation, floors: Floors) -> str:
     """One line: has the model learned to translate (beaten the translation memory)?"""
     score = result.sacrebleu.score
     memory, copy = floors.translation_memory.sacrebleu.score, floors.copy.sacrebleu.score
+    seen = floors.sources_in_training
+    overlap = (f" {seen:,} of the {result.sentences:,} test sources "
+               f"({seen / max(result.sentences, 1):.1%}) are training sources too."
+               if seen else " No test source is a training source.")
     if score >= memory:
         return (f"verdict: {score - memory:.2f} sacreBLEU above the translation memory: the model "
-                "translates beyond looking sentences up.")
+                f"translates beyond looking sentences up.{overlap}")
     below_copy = f", and below copying the source ({copy:.2f})" if score < copy else ""
     return (f"verdict: {score:.2f} sacreBLEU, {memory - score:.2f} below the translation memory "
-            f"({memory:.2f}){below_copy}: the model has not learned to translate yet; train longer.")
+            f"({memory:.2f}){below_copy}: the model has not learned to translate yet; train "
+            f"longer.{overlap}")

@@ -269,3 +269,19 @@ def test_verdict_says_whether_the_model_beat_the_memory():
     assert f"{weak.sacrebleu.score:6.2f}" in lines[0]
     for line, scored in zip(lines, (weak, floors.translation_memory, floors.copy)):
         assert line.endswith(f"chrF2 {scored.chrf.score:6.2f}"), line
+
+
+def test_the_verdict_counts_the_test_sources_that_are_training_sources_too():
+    """Exactly equal sources only (a memory and a model may have seen their translations): a
+    source twice in the test counts twice, one twice in training once, a near one not."""
+    sources = ["Select a cell.", "Select a cell.", "Click the OK button", "Open the deck."]
+    references = ["Wählen Sie eine Zelle."] * 2 + ["Klicken Sie auf OK.", "Öffnen Sie das Deck."]
+    floors = evaluation.floors(sources, references, TRAIN)
+    assert floors.sources_in_training == 2 and floors.to_dict()["sources_in_training"] == 2
+    model = evaluation.evaluate_translations(references, references)
+    assert evaluation.verdict(model, floors).endswith(
+        " 2 of the 4 test sources (50.0%) are training sources too.")
+    unseen = evaluation.floors(sources[2:], references[2:], TRAIN)
+    assert unseen.sources_in_training == 0
+    assert evaluation.verdict(evaluation.evaluate_translations(references[2:], references[2:]),
+                              unseen).endswith(" No test source is a training source.")
