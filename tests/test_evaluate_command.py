@@ -261,7 +261,7 @@ def test_an_export_alone_is_scored_on_the_test_split_it_was_trained_with(trained
     assert recorded["checkpoint"] == os.path.join("runs/files", "averaged", "ckpt")
     code, stdout, stderr = run("--saved_model=saved_models/files", "--output=hyp.txt", cwd=base)
     assert code == 0, stderr[-3000:]
-    assert (f"evaluate: {os.path.join('saved_models/files', '1')} (from "
+    assert (f"evaluate: {os.path.join('saved_models/files', '1')} (SavedModel, from "
             f"{os.path.join('runs/files', 'averaged', 'ckpt')}) on files test ") in stdout
     data_line, count, bleu, hypotheses = scored(stdout, base, "hyp.txt")
     assert data_line == "data: files test split test.tsv (from the export)"

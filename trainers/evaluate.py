@@ -132,11 +132,8 @@ def load_translate_fn():
     if run_flags.rebuilds_saved_model():
         translator, loaded = run_flags.load_exported_translator(FLAGS.saved_model)
     elif FLAGS.saved_model:
-        from keras_transformer.export.common import recorded_weights
-
         fn, source = inference.load_exported_translate_fn(FLAGS.saved_model)
-        weights = recorded_weights(source)
-        return fn, f"{source} ({weights})" if weights else source
+        return fn, run_flags.describe_export(source)
     else:
         translator, loaded = run_flags.load_translator(decoding_flags.decoding_config(),
                                                        FLAGS.vocab_path)
