@@ -336,11 +336,11 @@ class Translator(tf.Module):
         per translator."""
         return self._function("score_ids", self.score_ids, SCORE_IDS_INPUT_SPECS)
 
-    def align_text(self, sources, targets):
+    def align_text(self, sources, targets, layer=-1):
         """Sentence pairs, ``tf.string`` [batch] each (a source and its translation) -> what
         their word alignment is found from by forced decoding (``word_alignment`` turns one row
         into word pairs): ``"attention"``, float32 [batch, T, S], the ``cross_attention`` of the
-        model's last layer; ``"sources"`` and ``"targets"``, the texts as tokenized (invalid
+        model's decoder layer ``layer`` (-1: the last); ``"sources"`` and ``"targets"``, the texts as tokenized (invalid
         UTF-8 replaced, spaces stripped: as ``score_text`` reads them); ``"source_spans"`` and
         ``"target_spans"``, int64 [batch, S or T, 2], each subword's byte span in its text, -1
         for EOS and padding. With an ensemble, the first member's attention."""
@@ -358,14 +358,19 @@ class Translator(tf.Module):
         sources, targets = cleaned_texts(sources), cleaned_texts(targets)
         (source_ids, source_spans), (target_ids, target_spans) = tokenized(sources), tokenized(targets)
         return {"attention": cross_attention(self.model, source_ids, target_ids,
-                                             self.tokenizer.start_id),
+                                             self.tokenizer.start_id, layer),
                 "sources": sources, "targets": targets,
                 "source_spans": source_spans, "target_spans": target_spans}
 
-    def align_function(self):
+    def align_function(self, layer=-1):
         """``align_text`` as a ``tf.function`` over any batch of pairs, traced once per
-        translator."""
-        return self._function("align", self.align_text, SCORE_INPUT_SPECS)
+        translator (and ``layer``)."""
+        layers = self.model.config.num_layers
+        if not -layers <= layer < layers:
+            raise ValueError(f"alignment_layer={layer}: the model has {layers} decoder layers (0 "
+                             f"to {layers - 1}, or counted from the last, -1 to {-layers}).")
+        return self._function(("align", layer), functools.partial(self.align_text, layer=layer),
+                              SCORE_INPUT_SPECS)
 
 
 def cleaned_texts(texts):

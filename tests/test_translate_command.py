@@ -396,9 +396,10 @@ def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation
     from keras_transformer import inference
     from keras_transformer.runs import load_translator
 
+    # the first of the tiny model's two decoder layers, counted from the last
     code, stdout, stderr = run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
                                f"--input={setup['input']}", "--show_scores", "--batch_size=2",
-                               "--beam_size=2", "--extra_length=6")
+                               "--beam_size=2", "--extra_length=6", "--alignment_layer=-2")
     assert code == 0, stderr
     rows = [line.split("\t") for line in stdout.decode("utf-8").split("\n")[:-1]]
     want = parse(checkpoint_output[0])  # the same translations and scores as without alignments
@@ -407,7 +408,11 @@ def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation
     translator = load_translator(setup["model_dir"], None, DecodingConfig(**BEAM))
     lines = [line for line in LINES if line.strip()]
     translations = [text for line, (_, text) in zip(LINES, want) if line.strip()]
-    expected = iter(inference.align_in_batches(translator.align_function(), lines, translations))
+    # (this untrained model's translations are too short for the layers' word pairs to differ;
+    # their attention does, and the error below shows the flag's value reaching the layer choice)
+    assert not np.allclose(*(translator.align_function(layer)(lines, translations)["attention"]
+                             for layer in (0, -1)))
+    expected = iter(inference.align_in_batches(translator.align_function(0), lines, translations))
     for line, (_, text, alignment) in zip(LINES, rows):
         if not line.strip():
             assert (text, alignment) == ("", "")
@@ -423,6 +428,14 @@ def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation
         assert pairs or "\ufffd" in text
     assert_clean_error(run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
                            "--n_best=2", "--text=Hello."), "--alignments with --n_best=2")
+    assert_clean_error(run("translate", f"--model_dir={setup['model_dir']}",
+                           "--alignment_layer=0", "--text=Hello."),
+                       "--alignment_layer: only with --alignments")
+    code, _, stderr = run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
+                          "--alignment_layer=2", "--text=Hello.")
+    assert code == 2 and stderr.strip().splitlines()[-1] == (
+        "translate: error: --alignment_layer=2: the model has 2 decoder layers (0 to 1, or "
+        "counted from the last, -1 to -2).")
 
 
 # --- sampling and ensembles (issue 34) -------------------------------------------------------------

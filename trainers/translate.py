@@ -85,9 +85,14 @@ flags.DEFINE_bool("alignments", False,
                   "Append to each translation a TAB and its word alignment to the input: "
                   "SOURCE-TARGET pairs of 0-based indices of whitespace-separated words (Pharaoh "
                   "format, as fast_align and fairseq write it), each translated word with the "
-                  "source word its subwords attended to most in the last decoder layer (heads "
-                  "averaged, as fairseq and OpenNMT-tf align). Not with --n_best; a SavedModel's "
-                  "model is rebuilt here for it.")
+                  "source word its subwords attended to most in a decoder layer "
+                  "(--alignment_layer; heads averaged, as fairseq and OpenNMT-tf align). Not with "
+                  "--n_best; a SavedModel's model is rebuilt here for it.")
+flags.DEFINE_integer("alignment_layer", -1,
+                     "With --alignments: the decoder layer whose encoder-decoder attention aligns, "
+                     "0 the first, negative from the last: -1 the last (fairseq's and OpenNMT-tf's "
+                     "default), -2 the one before (Garg et al. 2019 align best with the "
+                     "penultimate of 6 layers).")
 flags.DEFINE_integer("n_best", 1,
                      "Write the K best hypotheses of the beam per input, best first, as "
                      "INDEX<TAB>SCORE<TAB>TRANSLATION lines (INDEX: the 0-based input line); at most "
@@ -117,6 +122,8 @@ def check_flags():
     if sampling and FLAGS.n_best > 1:
         raise app.UsageError(f"--n_best={FLAGS.n_best} with {', '.join(sampling)}: sampling draws "
                              "one translation per input, not an n-best list; drop one of them.")
+    if FLAGS["alignment_layer"].present and not FLAGS.alignments:
+        raise app.UsageError("--alignment_layer: only with --alignments.")
     if FLAGS.alignments and FLAGS.n_best > 1:
         raise app.UsageError(f"--alignments with --n_best={FLAGS.n_best}: alignments are of one "
                              "translation per input; drop one of them.")
@@ -184,7 +191,11 @@ def load_translate_fn():
             description += f", {sampling_flags.describe(sampling)}"
         fn = translator.nbest_function() if nbest else translator.text_function(sampling)
         if FLAGS.alignments:
-            return aligned(fn, translator.align_function()), source, description
+            try:
+                align_fn = translator.align_function(FLAGS.alignment_layer)
+            except ValueError as error:
+                raise app.UsageError(f"--{error}") from None
+            return aligned(fn, align_fn), source, description
     batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
     return (lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress),
             source, description)
