@@ -322,7 +322,7 @@ def test_a_run_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_
         assert json.load(stream) == {**first, "decoding": {**first["decoding"], "beam_size": 1}}
     code, stdout, stderr = run("--saved_model=again/files", "--output=again.hyp", cwd=base)
     assert code == 0, stderr[-3000:]
-    assert f"evaluate: {os.path.join('again/files', '1')} ({origin}) on files test " in stdout
+    assert f"evaluate: {os.path.join('again/files', '1')} (SavedModel, {origin}) on files test " in stdout
     data_line, *rest = scored(stdout, base, "again.hyp")
     assert data_line == "data: files test split test.tsv (from the export)"
     assert rest == [count, bleu, hypotheses]

@@ -327,3 +327,39 @@ def test_train_run_uses_the_source_vocabulary_and_warns_of_poor_coverage(tmp_pat
                   preset="tiny", model_overrides=dict(max_length=65), dev_bleu_sentences=0,
                   log=lines.append)
     assert json.loads((tmp_path / "tuned" / runs.SUMMARY_FILE).read_text())["steps"] == 1
+
+
+def test_a_resumed_run_keeps_the_vocabulary_it_trained_with(tmp_path):
+    """Its embeddings are of its own pieces: resumed with data whose vocabulary would be another
+    (other text, here a changed training file), it trains on with its own copy, which stays as it
+    was, rather than learning a new one of the same size and reading the checkpoint with it; a
+    --vocab_path of other pieces is one error."""
+    from keras_transformer import data
+    from keras_transformer.tokenizer import SubwordTokenizer
+    from keras_transformer.training.run import train_run
+
+    common = dict(dataset="files", data_dir=str(tmp_path / "data"), vocab_size=296,
+                  max_length=64, token_budget=256, hold_out=False)
+    first = data.DataConfig(train_data=write_tsv(tmp_path / "a.tsv", ENGLISH, GERMAN, 30),
+                            **common)
+    train_run(first, train_config(tmp_path / "run", train_steps=1), preset="tiny",
+              model_overrides=dict(max_length=65), dev_bleu_sentences=0, log=lambda line: None)
+    own = (tmp_path / "run" / runs.VOCABULARY_FILE).read_bytes()
+    other_english = ["my garden is green", "two birds sing songs", "we walk home slowly",
+                     "winter comes quickly"]
+    changed = data.DataConfig(train_data=write_tsv(tmp_path / "b.tsv", other_english, GERMAN, 30),
+                              **common)
+    other, _ = data.load_or_learn_tokenizer(changed)
+    assert other.model_proto != own  # what the changed data alone would train with
+    lines = []
+    summary = train_run(changed, train_config(tmp_path / "run", train_steps=2), preset="tiny",
+                        model_overrides=dict(max_length=65), dev_bleu_sentences=0,
+                        log=lines.append)
+    assert (summary["start_step"], summary["steps"]) == (1, 2)
+    assert (tmp_path / "run" / runs.VOCABULARY_FILE).read_bytes() == own
+    with pytest.raises(ValueError, match=r"vocab_path=.* is not the vocabulary the run in .* "
+                                         r"trained with"):
+        train_run(dataclasses.replace(changed, vocab_path=other.path),
+                  train_config(tmp_path / "run", train_steps=3), preset="tiny",
+                  model_overrides=dict(max_length=65), dev_bleu_sentences=0, log=lines.append)
+    assert SubwordTokenizer.load(str(tmp_path / "run" / runs.VOCABULARY_FILE)).model_proto == own

@@ -316,6 +316,9 @@ def test_report_puts_the_floors_and_a_verdict_beside_the_model(smoke):
     assert record["sacrebleu"] < memory
     assert "below the translation memory" in record["verdict"]
     assert record["verdict"] in report
+    # and counts the test sources that are training sources too, as the files hold them
+    trained = {source for source, _ in read_tsv(tmp_path / "train.tsv")}
+    assert record["test_sources_in_training"] == sum(source in trained for source in sources)
 
 
 @pytest.mark.parametrize("dataset,named,not_named", [

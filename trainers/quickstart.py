@@ -338,7 +338,7 @@ def stage_data(config):
     say(f"dataset {config.dataset}: " + ", ".join(f"{n:,} {s}" for s, n in counts.items())
         + " sentence pairs" + (f"; {held_out}" if held_out else ""))
     origin = {"init_from": "the --init_from model's",
-              "own copy": "this fine-tuned run's copy of its --init_from model's"}.get(origin, origin)
+              "own copy": "the run's own copy, which it resumes with"}.get(origin, origin)
     say(f"vocabulary: {tokenizer.vocab_size:,} shared subwords ({origin}) at {tokenizer.path}")
     return config, counts
 
@@ -654,7 +654,7 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
               "tokenized_bleu": result.tokenized.score,
               "chrf": result.chrf.score, "chrf_signature": result.chrf.signature,
               "test_sentences": result.sentences,
-              "floors": floors.to_dict(),
+              "floors": floors.to_dict(), "test_sources_in_training": floors.sources_in_training,
               "verdict": evaluation.verdict(result, floors),
               "weights": weights, "averaged_checkpoints": averaged, "export": paths, "samples": samples,
               "wall_minutes": wall / 60, "load_average": os.getloadavg(),

@@ -207,16 +207,3 @@ def unknown_piece_rate(tokenizer, texts: Iterable[str]) -> float:
                         for p in pieces])
     unknown[tokenizer.unk_id] = True
     return float(unknown[ids].mean())
-
-
-def resumed_record(model_dir: str) -> Optional[dict]:
-    """The ``init_from`` record of a run in ``model_dir`` that has checkpoints of its own (it
-    resumes from them), else None."""
-    import tensorflow as tf
-
-    if not tf.train.latest_checkpoint(model_dir):
-        return None
-    try:
-        return runs.read_config(model_dir).get(runs.INIT_FROM_KEY)
-    except (ValueError, OSError):
-        return None

@@ -108,13 +108,20 @@ def run_vocabulary(data_config: data.DataConfig, model_dir: Optional[str],
                    init_from_given: Optional[str] = None):
     """``(tokenizer, data_config, source, origin)``: the vocabulary the run in ``model_dir`` (None:
     a new run) trains with, the data config then naming its file. ``origin`` says where it comes
-    from: ``"own copy"`` (a fine-tuned run resuming keeps a copy of its source's), ``"init_from"``
-    (a new fine-tuned run: its source run's, ``source`` the ``init_from.InitSource``), else
-    ``"learned now"`` or ``"reused"`` (the one the data config names, learned if missing). A
-    fine-tuned run never learns one for its new corpus."""
+    from: ``"own copy"`` (a run resuming from checkpoints of its own keeps the copy it trained
+    with: its embeddings are of those pieces, whatever the data flags would learn or find now),
+    ``"init_from"`` (a new fine-tuned run: its source run's, ``source`` the
+    ``init_from.InitSource``), else ``"learned now"`` or ``"reused"`` (the one the data config
+    names, learned if missing). A fine-tuned run never learns one for its new corpus."""
     own = model_dir and os.path.join(model_dir, runs.VOCABULARY_FILE)
-    if own and init_from.resumed_record(model_dir) and tf.io.gfile.exists(own):
+    if own and tf.train.latest_checkpoint(model_dir) and tf.io.gfile.exists(own):
         tokenizer = SubwordTokenizer.load(own)
+        given = data_config.vocab_path
+        if given and tf.io.gfile.exists(given) and (
+                SubwordTokenizer.load(given).model_proto != tokenizer.model_proto):
+            raise ValueError(f"vocab_path={given!r} is not the vocabulary the run in "
+                             f"{model_dir} trained with ({own}); resume without vocab_path, or "
+                             "start a new run in another model_dir.")
         return (tokenizer, dataclasses.replace(data_config, vocab_path=tokenizer.path), None,
                 "own copy")
     if init_from_given:  # the source's, whatever the data flags would choose
