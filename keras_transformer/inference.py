@@ -16,8 +16,9 @@ functions are what the SavedModel exports:
 - ``score_text(sources, targets)``: two ``tf.string [batch]`` -> the targets' log-probabilities by
   forced decoding, ``{"log_prob", "tokens", "nll_per_token", "truncated"}``; ``score_ids`` the same
   from ids, core TensorFlow ops only;
-- ``align_text(sources, translations)``: what their word alignment is read from (the last decoder
-  layer's attention by forced decoding, ``cross_attention``; ``word_alignment``), not exported.
+- ``align_text(sources, translations)``: what their word alignment is read from (a decoder layer's
+  attention, the last by default, by forced decoding, ``cross_attention``; ``word_alignment``), not
+  exported.
 
 Each as a ``tf.function`` over its input signature (``text_function()``, ``ids_function()``,
 ``nbest_function()``, ``score_function()``, ``score_ids_function()``) is made once per translator and
@@ -340,10 +341,11 @@ class Translator(tf.Module):
         """Sentence pairs, ``tf.string`` [batch] each (a source and its translation) -> what
         their word alignment is found from by forced decoding (``word_alignment`` turns one row
         into word pairs): ``"attention"``, float32 [batch, T, S], the ``cross_attention`` of the
-        model's decoder layer ``layer`` (-1: the last); ``"sources"`` and ``"targets"``, the texts as tokenized (invalid
-        UTF-8 replaced, spaces stripped: as ``score_text`` reads them); ``"source_spans"`` and
-        ``"target_spans"``, int64 [batch, S or T, 2], each subword's byte span in its text, -1
-        for EOS and padding. With an ensemble, the first member's attention."""
+        model's decoder layer ``layer`` (-1: the last); ``"sources"`` and ``"targets"``, the
+        texts as tokenized (invalid UTF-8 replaced, spaces stripped: as ``score_text`` reads
+        them); ``"source_spans"`` and ``"target_spans"``, int64 [batch, S or T, 2], each
+        subword's byte span in its text, -1 for EOS and padding. With an ensemble, the first
+        member's attention."""
         def tokenized(texts):
             """(ids as ``source_ids`` makes them, each subword's byte span) of cleaned texts."""
             pieces, starts, ends = self.tokenizer.tokenize_with_offsets(texts)
