@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -84,8 +85,11 @@ def write_file(path: str, data: Union[bytes, str]) -> str:
     temporary = None
     try:
         os.makedirs(directory, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=_temporary_name(),
-                                             suffix="-" + os.path.basename(path))
+        # not mkstemp, whose file is private (0600): the written file gets the mode open() gives
+        # (the umask's), so a shared data_dir's vocabulary or a run's records stay readable
+        name = f"{_temporary_name()}{secrets.token_hex(8)}-{os.path.basename(path)}"
+        handle = os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        temporary = os.path.join(directory, name)
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
         os.replace(temporary, path)

@@ -238,6 +238,24 @@ def test_a_full_disk_while_writing_the_vocabulary_leaves_no_file(tmp_path, monke
     assert os.listdir(tmp_path / "vocab") == []
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_written_files_get_the_mode_open_gives_them(tmp_path, umask):
+    """A shared data_dir's vocabulary and a run's records are as readable as any file the user
+    writes (a private temporary file renamed into place is not)."""
+    from keras_transformer import writing
+
+    old = os.umask(umask)
+    try:
+        with open(tmp_path / "by_open", "w") as stream:
+            stream.write("x")
+        writing.write_file(str(tmp_path / "by_write_file"), "x")
+    finally:
+        os.umask(old)
+    modes = {name: os.stat(tmp_path / name).st_mode & 0o777 for name in ("by_open", "by_write_file")}
+    assert modes["by_write_file"] == modes["by_open"] == 0o666 & ~umask
+    assert sorted(os.listdir(tmp_path)) == ["by_open", "by_write_file"]
+
+
 def test_a_full_disk_during_the_second_export_leaves_neither(tmp_path, monkeypatch):
     import keras_transformer as kt
     from keras_transformer import export
