@@ -143,6 +143,32 @@ def data_config(run: dict):
         return None
 
 
+def check_data(model_dir: str, asked) -> None:
+    """A run resumes on the sentence pairs it trained on: ``asked`` (a DataConfig) must name them
+    as its record does (``DataConfig.corpus``). The record names one corpus, whose test split
+    evaluate and the floors read; other pairs are a new run's (``init_from`` starts it from this
+    one's weights). A ValueError names what differs; a new run, or one whose config.json records
+    no data, passes."""
+    try:
+        recorded = data_config(read_config(model_dir))
+    except (OSError, ValueError):  # no run there (a new one), or not one this version reads
+        return
+    import tensorflow as tf  # only now: a run with a record resumes, and TensorFlow reads its index
+
+    if recorded is None or not tf.train.latest_checkpoint(model_dir):
+        return
+    changed = [name for name, value in recorded.corpus().items() if asked.corpus()[name] != value]
+    if changed:
+        # the hold-out is named when it alone differs: other files make it differ too
+        shown = [name for name in changed if name != "hold_out"] or changed
+        raise ValueError(
+            f"model_dir={model_dir} holds a run trained on other data ("
+            + ", ".join(f"{name}={getattr(recorded, name)!r}, not {getattr(asked, name)!r}"
+                        for name in shown)
+            + "); resume it with the data it trained on, or train on this data in another "
+            f"model_dir (init_from={model_dir} starts from its weights).")
+
+
 def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     """The checkpoint prefix to restore. ``None``: the first of ``DEFAULT_ORDER`` the run has
     (see ``default_checkpoint``); ``"latest"``: the latest of ``model_dir``; ``"averaged"``:

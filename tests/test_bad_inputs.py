@@ -220,7 +220,16 @@ COMMAND_CASES = (
        ("wmt", ["--dataset=ding_de_en", "--early_stopping_patience=2",
                 "--early_stopping_metric=bleu", "--dev_bleu_sentences=0"],
         "--early_stopping_metric=bleu needs dev BLEU"),
-       ("quickstart", ["--init_from={no_checkpoint}"], "--init_from={no_checkpoint}: no checkpoint")]
+       ("quickstart", ["--init_from={no_checkpoint}"], "--init_from={no_checkpoint}: no checkpoint"),
+       # a run resumes (or, finished, shows its report) on the data it trained on, not other data
+       ("wmt", [F, "--train_data={files}/good.tsv", "--test_data={files}/good.tsv",
+                "--model_dir={run}"],
+        "--model_dir={run} holds a run trained on other data (train_data=None, not "
+        "'{files}/good.tsv'); resume it with the data it trained on, or train on this data in "
+        "another model_dir (init_from={run} starts from its weights)"),
+       ("quickstart", ["--dataset=libreoffice_help_en_de", "--model_dir={run}"],
+        "--model_dir={run} holds a run trained on other data (dataset='files', not "
+        "'libreoffice_help_en_de', test_data='{files}/good.tsv', not None)")]
     + [("prepare_data", args, message) for args, message in DATA_CASES[:3] + DATA_CASES[12:]]
     + [("prepare_data", ["--download", "--dataset=files", "--train_data={file}"],
         "--download: --dataset=files reads your own files"),
@@ -288,6 +297,8 @@ AFTER_TENSORFLOW = {
     "wmt:--dataset=ding_de_en --init_from=base/missing",
     "wmt:--dataset=ding_de_en --init_from=run --preset=tiny --d_model=64",
     "quickstart:--init_from=no_checkpoint",
+    "wmt:--dataset=files --train_data=files/good.tsv --test_data=files/good.tsv --model_dir=run",
+    "quickstart:--dataset=libreoffice_help_en_de --model_dir=run",
 }
 
 

@@ -347,9 +347,10 @@ def test_a_resumed_run_keeps_the_vocabulary_it_trained_with(tmp_path):
     own = (tmp_path / "run" / runs.VOCABULARY_FILE).read_bytes()
     other_english = ["my garden is green", "two birds sing songs", "we walk home slowly",
                      "winter comes quickly"]
-    changed = data.DataConfig(train_data=write_tsv(tmp_path / "b.tsv", other_english, GERMAN, 30),
-                              **common)
-    other, _ = data.load_or_learn_tokenizer(changed)
+    write_tsv(tmp_path / "a.tsv", other_english, GERMAN, 30)  # the same file, changed
+    changed = first
+    other, _ = data.load_or_learn_tokenizer(
+        dataclasses.replace(changed, data_dir=str(tmp_path / "other_data")))
     assert other.model_proto != own  # what the changed data alone would train with
     lines = []
     summary = train_run(changed, train_config(tmp_path / "run", train_steps=2), preset="tiny",

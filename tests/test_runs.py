@@ -1,6 +1,7 @@
 """keras_transformer/runs.py: which checkpoint of a run is used when none is named (averaged, else
 the moving average, else best, else latest; section 6.1 decodes with averaged weights), what is
-said when none exists, and that a run on a TensorFlow file system reads as one on the local disk."""
+said when none exists, that a run on a TensorFlow file system reads as one on the local disk, and
+that a run resumes only on the sentence pairs it trained on."""
 
 import os
 import time
@@ -94,3 +95,38 @@ def test_a_run_on_a_tensorflow_file_system_reads_as_on_the_local_disk(tmp_path):
     assert on_disk[7].startswith("ValueError: RUN/nothing/config.json not found")
     assert on_disk[8:] == [str({"steps": 1, "stop_reason": "train_steps"}), "{}"]
     assert answers(remote) == on_disk
+
+
+def test_a_run_resumes_only_on_the_pairs_it_trained_on(tmp_path, monkeypatch):
+    """Its record names one corpus, whose test split evaluate reads: other files, another dataset,
+    or a changed hold-out are a new run's; where the corpus is kept and how it is batched are not
+    the corpus. A relative path is the same file as its absolute one."""
+    import dataclasses
+
+    from keras_transformer.data import DataConfig
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("a.tsv", "b.tsv", "dev.tsv"):
+        (tmp_path / name).write_text("one\teins\n", encoding="utf-8")
+    trained = DataConfig(dataset="files", train_data="a.tsv", data_dir="data", max_length=64)
+    run = str(tmp_path / "run")
+    runs.check_data(run, dataclasses.replace(trained, train_data="b.tsv"))  # no run yet
+    runs.write_json(os.path.join(run, runs.CONFIG_FILE), {"data": dataclasses.asdict(trained)})
+    runs.check_data(run, dataclasses.replace(trained, train_data="b.tsv"))  # no checkpoint yet
+    write(os.path.join(run, "ckpt-1"), 1)
+    for same in (trained, dataclasses.replace(trained, train_data=str(tmp_path / "a.tsv")),
+                 dataclasses.replace(trained, data_dir="elsewhere", token_budget=512,
+                                     max_length=32, vocab_size=1000, subword_sampling=0.1)):
+        runs.check_data(run, same)
+    for other, named in (
+            (dataclasses.replace(trained, train_data="b.tsv"), "train_data='a.tsv', not 'b.tsv'"),
+            (dataclasses.replace(trained, dev_data="dev.tsv"), "dev_data=None, not 'dev.tsv'"),
+            (dataclasses.replace(trained, hold_out=False), "hold_out=True, not False"),
+            (DataConfig(dataset="ding_de_en"), "dataset='files', not 'ding_de_en', "
+                                               "train_data='a.tsv', not None")):
+        with pytest.raises(ValueError) as error:
+            runs.check_data(run, other)
+        assert str(error.value) == (
+            f"model_dir={run} holds a run trained on other data ({named}); resume it with the "
+            f"data it trained on, or train on this data in another model_dir (init_from={run} "
+            "starts from its weights).")

@@ -752,7 +752,7 @@ def main(argv):
     config = data_flags.data_config(xla=FLAGS.xla)  # the corpus checked before TensorFlow starts
     recipe = choose_recipe()  # asks TensorFlow for the precision; may keep a run's vocabulary size
     config = dataclasses.replace(config, vocab_size=FLAGS.vocab_size)
-    training_flags.check(FLAGS.model_dir)
+    training_flags.check(None if FLAGS.overwrite else FLAGS.model_dir, config)
     training_config = training_flags.training_config(os.path.abspath(FLAGS.model_dir),
                                                      keep_only_the_averaged=True)
     strategy = training_flags.make_strategy()  # before TensorFlow runs anything; seeds too

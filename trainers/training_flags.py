@@ -3,11 +3,13 @@ become: one TrainingConfig, the strategy (seeded), and the library's training ru
 
     from trainers import training_flags       # defines the flags on import
     flags.adopt_module_key_flags(training_flags)
-    training_flags.check(model_dir)            # in main(), before any slow work
+    training_flags.check(model_dir, data)      # in main(), before any slow work
     config = training_flags.training_config(model_dir)
     strategy = training_flags.make_strategy()  # before TensorFlow runs anything
     summary = training_flags.train(data_config, config, strategy)
 """
+
+from typing import Optional
 
 from absl import app, flags
 
@@ -173,11 +175,20 @@ def training_config(model_dir: str, keep_only_the_averaged: bool = False):
         raise app.UsageError(str(error)) from None
 
 
-def check(model_dir: str):
-    """The model flags fit together, training has an end, --init_from names a run whose model the
-    flags give (unless ``model_dir`` resumes from checkpoints of its own), and early stopping and
-    --export_best have the evaluations they watch: one line each, before any slow work."""
+def check(model_dir: Optional[str], data):
+    """The model flags fit together, training has an end, a run resumed from checkpoints of its own
+    in ``model_dir`` (None: the run starts over) goes on with the data (a DataConfig) it trained
+    on, --init_from names a run whose model the flags give (unless the run resumes), and early
+    stopping and --export_best have the evaluations they watch: one line each, before any slow
+    work."""
+    from keras_transformer import runs
+
     model_flags.check()
+    if model_dir is not None:
+        try:
+            runs.check_data(model_dir, data)
+        except ValueError as error:
+            raise app.UsageError(f"--{error}") from None
     if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
         raise app.UsageError("--train_steps=0 needs --train_minutes, or training never ends.")
     if FLAGS.export_best and not FLAGS.dev_bleu_sentences:
@@ -194,7 +205,8 @@ def check(model_dir: str):
         return
     import tensorflow as tf
 
-    if tf.io.gfile.isdir(model_dir) and tf.train.latest_checkpoint(model_dir):
+    if model_dir is not None and tf.io.gfile.isdir(model_dir) and \
+            tf.train.latest_checkpoint(model_dir):
         return
     from keras_transformer.training import init_from
 

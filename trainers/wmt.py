@@ -89,7 +89,7 @@ def main(argv):
     if FLAGS.export_dir is not None:
         checks.output_dir("export_dir", FLAGS.export_dir)
     data = data_flags.data_config(xla=FLAGS.xla)
-    training_flags.check(model_dir)
+    training_flags.check(model_dir, data)
     config = training_flags.training_config(model_dir)
     check_dataset_choice()
     strategy = training_flags.make_strategy()

@@ -113,6 +113,17 @@ class DataConfig:
         return tuple(split for split, spec in (("dev", self.dev_data), ("test", self.test_data))
                      if not spec)
 
+    def corpus(self) -> dict:
+        """What names the sentence pairs, by field: the dataset, its own files (absolute paths)
+        and the hold-out; not where prepared files and vocabularies are kept, nor how the pairs
+        are cut into subwords or batched. A run resumes on an equal one (``runs.check_data``)."""
+        def absolute(spec):
+            return spec and ",".join(os.path.abspath(path) for path in spec.split(","))
+
+        return {"dataset": self.dataset, "train_data": absolute(self.train_data),
+                "dev_data": absolute(self.dev_data), "test_data": absolute(self.test_data),
+                "hold_out": bool(self.holds_out())}
+
     @property
     def target_language(self) -> Optional[str]:
         """The language code of the target side, for sacreBLEU's tokenizer and the Moses rules of

@@ -42,6 +42,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     the best dev BLEU, ``export.ExportBest``). Data errors are ValueErrors naming the file, flag
     or split."""
     strategy = strategy or tf.distribute.get_strategy()
+    runs.check_data(training_config.model_dir, data_config)
     tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
     train_fn = data.make_distributed_dataset_fn(data_config, tokenizer, "train", training=True,
                                                 repeat=True)
