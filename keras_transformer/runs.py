@@ -24,6 +24,7 @@ it holds and restoring it are ``keras_transformer.weights``'s; this module finds
 import json
 import math
 import os
+import re
 from typing import Optional, Sequence, Tuple
 
 from keras_transformer import weights, writing
@@ -174,9 +175,11 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     (see ``default_checkpoint``); ``"latest"``: the latest of ``model_dir``; ``"averaged"``:
     ``model_dir/averaged/ckpt`` (section 6.1's averaged weights); ``"ema"``:
     ``model_dir/ema/ckpt`` (the moving average of the weights); ``"best"``:
-    ``model_dir/best/ckpt``; a directory: its latest checkpoint; otherwise a checkpoint prefix
-    (``.../ckpt-1000``, without ``.index``). Only a latest checkpoint is found by TensorFlow (its
-    index file names it); the others are looked up without starting it."""
+    ``model_dir/best/ckpt``; a directory: its checkpoint (see ``_checkpoint_in``); otherwise a
+    checkpoint prefix (``.../ckpt-1000``, with or without ``.index``). A relative path is looked
+    for from the working directory, then inside ``model_dir`` (``ckpt-1000``, ``best/ckpt``,
+    ``averaged``): the first place holding a checkpoint is used. Only a latest checkpoint is found
+    by TensorFlow (its index file names it); the others are looked up without starting it."""
     if checkpoint in (None, ""):
         return default_checkpoint(model_dir)[1]
     if checkpoint == LATEST:
@@ -198,18 +201,54 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
             raise ValueError(f"no {checkpoint} checkpoint in {model_dir} ({path}.index not found): "
                              f"{how}.")
         return path
-    if _isdir(checkpoint):
-        import tensorflow as tf
-
-        path = tf.train.latest_checkpoint(checkpoint)
-        if path is None:
-            raise ValueError(f"checkpoint={checkpoint!r} is a directory without a checkpoint in it.")
-        return path
     if checkpoint.endswith(".index"):
         checkpoint = checkpoint[:-len(".index")]
-    if not _exists(checkpoint + ".index"):
-        raise ValueError(f"checkpoint {checkpoint!r} not found (no {checkpoint}.index).")
-    return checkpoint
+    candidates = [checkpoint]
+    if model_dir and not (os.path.isabs(checkpoint) or writing.remote(checkpoint)):
+        inside = os.path.join(model_dir, checkpoint)
+        if os.path.normpath(inside) != os.path.normpath(checkpoint):
+            candidates.append(inside)
+    problem = None  # an existing folder without a checkpoint, said if no other place has one
+    for path in candidates:
+        if _exists(path + ".index"):
+            return path
+        if _isdir(path):
+            try:
+                return _checkpoint_in(path, checkpoint if path == checkpoint else path)
+            except ValueError as error:
+                problem = problem or error
+    if problem is not None:
+        raise problem
+    looked = ", no ".join(f"{path}.index" for path in candidates)
+    raise ValueError(f"checkpoint {checkpoint!r} not found (no {looked}).")
+
+
+def _checkpoint_in(folder: str, shown: str) -> str:
+    """The checkpoint prefix a folder (``shown`` as named) holds: the latest its ``checkpoint``
+    index file names (a run folder, tf.train.CheckpointManager's), else its only prefix (the
+    ``ckpt`` of averaged/, ema/ or best/, written without an index file), else the highest
+    numbered of its ``NAME-N`` prefixes (a copy of a run's checkpoints without their index file).
+    Several other prefixes are a ValueError naming them, as is a folder without any."""
+    gfile = _gfile(folder)
+    if (gfile.exists if gfile else os.path.exists)(os.path.join(folder, "checkpoint")):
+        import tensorflow as tf
+
+        path = tf.train.latest_checkpoint(folder)
+        if path is not None:
+            return path
+    names = gfile.listdir(folder) if gfile else os.listdir(folder)
+    prefixes = sorted(name.rstrip("/")[:-len(".index")] for name in names
+                      if name.rstrip("/").endswith(".index"))
+    if not prefixes:
+        raise ValueError(f"checkpoint={shown!r} is a directory without a checkpoint in it.")
+    if len(prefixes) == 1:
+        return os.path.join(folder, prefixes[0])
+    numbered = [re.fullmatch(r"(.+)-(\d+)", prefix) for prefix in prefixes]
+    if all(numbered) and len({match.group(1) for match in numbered}) == 1:
+        return os.path.join(folder, max(numbered, key=lambda match: int(match.group(2))).group(0))
+    raise ValueError(f"checkpoint={shown!r} is a directory with several checkpoints and no "
+                     f"'checkpoint' index file naming one ({', '.join(prefixes)}): pass one of "
+                     "them.")
 
 
 def default_checkpoint(model_dir: str) -> Tuple[str, str]:

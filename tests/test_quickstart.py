@@ -685,28 +685,31 @@ def test_the_train_stage_gives_the_warmup_its_replicas(monkeypatch, tmp_path, ca
 def test_train_more_on_a_time_budget_adds_its_minutes_to_those_the_run_trained(
         monkeypatch, tmp_path, capsys):
     """The trainer's --train_minutes counts a run's training time in all: --train_more asks for
-    the time its checkpoint records plus --train_minutes, and the command it shows says so."""
+    the time its checkpoint records plus --train_minutes, and the command it shows says so (a
+    command a shell reads as shown: the folder's space quoted)."""
     import tensorflow as tf
     from absl import flags
     from absl.testing import flagsaver
 
     from trainers import quickstart, training_flags
 
+    run_dir = str(tmp_path / "my run")
     seconds = tf.Variable(150.0, dtype=tf.float64)  # the latest checkpoint: 2.5 minutes trained
     tf.train.CheckpointManager(tf.train.Checkpoint(training_seconds=seconds),
-                               str(tmp_path / "run"), 1).save(checkpoint_number=9)
+                               run_dir, 1).save(checkpoint_number=9)
     trained = []
     monkeypatch.setattr(training_flags, "train", lambda data_config, training_config, strategy,
                         log: trained.append(training_config) or {"steps": 9})
     with flagsaver.flagsaver():
-        flags.FLAGS(["quickstart", f"--model_dir={tmp_path / 'run'}", "--train_minutes=5",
+        flags.FLAGS(["quickstart", f"--model_dir={run_dir}", "--train_minutes=5",
                      "--train_more", "--warmup_steps=1000"])  # given: nothing timed
-        config = training_flags.training_config(str(tmp_path / "run"))
+        config = training_flags.training_config(run_dir)
         quickstart.stage_train(None, config, tf.distribute.get_strategy())
     assert [c.train_minutes for c in trained] == [7.5]
     shown = re.search(r"^the same training alone: (.*)$", capsys.readouterr().out, re.M)
-    assert shown and shown.group(1).split().count("--train_minutes=7.5") == 1
-    assert "--train_minutes=5" not in shown.group(1).split()
+    command = shlex.split(shown.group(1))
+    assert command.count("--train_minutes=7.5") == 1 and "--train_minutes=5" not in command
+    assert f"--model_dir={run_dir}" in command
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -278,6 +279,8 @@ def test_the_tensorboard_line_says_how_to_install_it_only_where_it_is_missing(mo
         assert line.startswith("tensorboard --logdir=runs/quickstart")
         assert ("(not installed here: pip install tensorboard)" in line) != installed, line
         assert "-e" not in line
+    # a folder with a space is one argument of the command pasted into a shell
+    assert shlex.split(tensorboard_command("runs/my run"))[:2] == ["tensorboard", "--logdir=runs/my run"]
 
 
 @pytest.mark.parametrize("jit_compile,precision", [

@@ -28,6 +28,7 @@ export lands as its next version.
 
 import json
 import os
+import shlex
 import sys
 
 from absl import app, flags
@@ -115,7 +116,7 @@ def serving_help(paths, name, sample_ids):
         lines += [
             f"# {model}: {kind}",
             f"tensorflow_model_server --rest_api_port={port} --model_name={model} "
-            f"--model_base_path={base}",
+            f"--model_base_path={shlex.quote(base)}",
             f"curl -s -X POST http://localhost:{port}/v1/models/{model}:predict "
             f"-d '{json.dumps(body)}'",
         ]

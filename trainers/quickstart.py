@@ -291,7 +291,8 @@ def fail(stage, message):
     from keras_transformer.data.config import FILES_DATASET
 
     own_files = stage == "data" and FLAGS.dataset == FILES_DATASET
-    remedy = REMEDIES["data files" if own_files else stage].replace("MODEL_DIR", FLAGS.model_dir)
+    remedy = REMEDIES["data files" if own_files else stage].replace(
+        "MODEL_DIR", shlex.quote(FLAGS.model_dir))
     sys.exit(f"\nquickstart: stage {number}/{len(STAGES)} '{stage}' failed: "
              f"{console.installed_names(str(message))}\n"
              f"What to do: {remedy}")
@@ -413,7 +414,7 @@ def stage_train(data_config, training_config, strategy):
 
         training_config = dataclasses.replace(training_config, train_minutes=round(
             training_seconds(FLAGS.model_dir) / 60 + FLAGS.train_minutes, 2))
-    say("the same training alone: " + " ".join(training_command(training_config)))
+    say("the same training alone: " + shlex.join(training_command(training_config)))
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     log_path = os.path.join(FLAGS.model_dir, runs.TRAIN_LOG)
     with open(log_path, "a", encoding="utf-8") as log:
@@ -636,7 +637,7 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"            disk: {_size(model_dir)} in {model_dir}, {_size(os.path.dirname(paths[0]))} in "
         f"{os.path.dirname(paths[0])}",
         f"TensorBoard {tensorboard_command(model_dir)}",
-        f"next        {console.program_command('translate')} --saved_model={paths[0]} "
+        f"next        {console.program_command('translate')} --saved_model={shlex.quote(paths[0])} "
         "--text=\"Good morning.\"",
         "            {}   # {} on this run".format(*train_more(summary["steps"])),
         f"paper       {console.program_command('wmt')} --dataset=wmt14_en_de --preset=base   "

@@ -22,6 +22,7 @@ to MODEL_DIR/summary.json. TensorBoard: ``tensorboard --logdir=MODEL_DIR``.
 """
 
 import os
+import shlex
 import sys
 
 from absl import app, flags
@@ -116,7 +117,7 @@ def main(argv):
             paths = export_hook(model_dir, bool(summary["averaged_checkpoint"]), FLAGS.export_dir)
         except ValueError as error:
             console.error_exit(f"export failed (the checkpoints in {model_dir} are fine; retry "
-                               f"with {console.program_command('export')} --model_dir={model_dir}): "
+                               f"with {console.program_command('export')} --model_dir={shlex.quote(model_dir)}): "
                                f"{error}")
         if paths:
             print(f"wmt: exported to {', '.join(paths)}", flush=True)

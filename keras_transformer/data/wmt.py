@@ -10,6 +10,7 @@ implicitly and, when the prepared data is missing, raises one :class:`DataNotFou
 explaining how to get it and pointing at the offline corpus.
 """
 
+import shlex
 from typing import Tuple
 
 import tensorflow as tf
@@ -30,7 +31,8 @@ def not_found_message(dataset: str, data_dir: str) -> str:
     return (
         f"{dataset}: {tfds_name} is not prepared in data_dir={data_dir!r}. TFDS must download "
         "it (several GB) on a machine with network access: run\n"
-        f"  python -m trainers.prepare_data --dataset={dataset} --data_dir={data_dir} --download\n"
+        f"  python -m trainers.prepare_data --dataset={dataset} "
+        f"--data_dir={shlex.quote(data_dir)} --download\n"
         f"(or tfds.builder({tfds_name!r}, data_dir=...).download_and_prepare()) and copy the "
         f"resulting {data_dir}/wmt14_translate directory here. Without network, train on the "
         "offline English-German corpus instead: --dataset=ding_de_en (Debian package "

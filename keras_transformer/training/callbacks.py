@@ -16,6 +16,7 @@ with the dev loss. The library writes nothing itself: ``ProgressLine`` hands its
 import datetime
 import importlib.util
 import math
+import shlex
 from typing import Callable, Optional
 
 import tensorflow as tf
@@ -139,7 +140,7 @@ def tensorboard_command(logdir: str) -> str:
     """The command that shows ``logdir``'s records, and how to install TensorBoard where it is
     missing: TensorFlow no longer brings it along, and ``pip install tensorboard`` is right in a
     clone, from a wheel and in Colab alike."""
-    command = f"tensorboard --logdir={logdir}"
+    command = f"tensorboard --logdir={shlex.quote(logdir)}"
     if importlib.util.find_spec("tensorboard") is None:
         command += " (not installed here: pip install tensorboard)"
     return command
