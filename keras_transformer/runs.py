@@ -220,7 +220,9 @@ def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     if problem is not None:
         raise problem
     looked = ", no ".join(f"{path}.index" for path in candidates)
-    raise ValueError(f"checkpoint {checkpoint!r} not found (no {looked}).")
+    names = "" if os.sep in checkpoint or writing.remote(checkpoint) else (
+        f"; a name is one of {', '.join((LATEST, AVERAGED, EMA, BEST))}")
+    raise ValueError(f"checkpoint {checkpoint!r} not found (no {looked}{names}).")
 
 
 def _checkpoint_in(folder: str, shown: str) -> str:

@@ -130,3 +130,61 @@ def test_a_run_resumes_only_on_the_pairs_it_trained_on(tmp_path, monkeypatch):
             f"model_dir={run} holds a run trained on other data ({named}); resume it with the "
             f"data it trained on, or train on this data in another model_dir (init_from={run} "
             "starts from its weights).")
+
+
+def test_a_folder_is_its_checkpoint_and_a_relative_name_is_also_looked_for_in_the_run(
+        tmp_path, monkeypatch):
+    """--checkpoint=RUN/best (averaged/, ema/: one ``ckpt`` written without a 'checkpoint' index
+    file) is the prefix in it; a run folder is its latest; a copy of a run's checkpoints without
+    its index file its highest-numbered one. A relative name not found from the working folder is
+    looked for in the run (``ckpt-2``, ``best/ckpt``, ``averaged``); one found from the working
+    folder is that one; one found nowhere is one ValueError naming every place looked at."""
+    run = str(tmp_path / "run")
+    first, latest = write(os.path.join(run, "ckpt-1"), 1), write(os.path.join(run, "ckpt-2"), 2)
+    named = {name: write(os.path.join(run, name, "ckpt"), 3)
+             for name in (runs.AVERAGED, runs.EMA, runs.BEST)}
+    assert runs.resolve_checkpoint(run, run) == latest
+    for name, prefix in named.items():
+        assert runs.resolve_checkpoint(run, os.path.join(run, name)) == prefix
+        assert runs.resolve_checkpoint(run, os.path.join(run, name) + os.sep) == prefix
+        assert runs.resolve_checkpoint(run, name) == prefix  # the name, as before
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert runs.resolve_checkpoint(run, "ckpt-2") == os.path.join(run, "ckpt-2")
+    assert runs.resolve_checkpoint(run, "ckpt-1.index") == os.path.join(run, "ckpt-1")
+    assert runs.resolve_checkpoint(run, "best/ckpt") == named[runs.BEST]
+    assert runs.resolve_checkpoint(run, "averaged/") == named[runs.AVERAGED]
+    assert runs.resolve_checkpoint("../run", "ckpt-1") == os.path.join("../run", "ckpt-1")
+    # A relative path that exists from the working folder is that one, not the run's.
+    mine = write(str(elsewhere / "mine" / "ckpt-2"), 4)
+    assert runs.resolve_checkpoint(run, "mine/ckpt-2") == "mine/ckpt-2"
+    assert os.path.samefile(runs.resolve_checkpoint(run, "mine") + ".index", mine + ".index")
+
+    with pytest.raises(ValueError) as error:
+        runs.resolve_checkpoint(run, "ckpt-7")
+    assert str(error.value) == ("checkpoint 'ckpt-7' not found (no ckpt-7.index, no "
+                                f"{run}/ckpt-7.index; a name is one of latest, averaged, ema, "
+                                "best).")
+    with pytest.raises(ValueError) as error:
+        runs.resolve_checkpoint(run, f"{run}/ckpt-7")
+    assert str(error.value) == f"checkpoint '{run}/ckpt-7' not found (no {run}/ckpt-7.index)."
+    os.makedirs(os.path.join(run, "empty"))
+    with pytest.raises(ValueError, match=f"checkpoint='{run}/empty' is a directory without a "
+                                         "checkpoint in it"):
+        runs.resolve_checkpoint(run, "empty")
+
+    # Copied without their 'checkpoint' index file: the highest step, not the first in order.
+    copy = str(tmp_path / "copy")
+    for step in (9, 10):
+        tf.train.Checkpoint(v=tf.Variable(float(step))).write(os.path.join(copy, f"ckpt-{step}"))
+    assert runs.resolve_checkpoint(run, copy) == os.path.join(copy, "ckpt-10")
+    # Prefixes of no one numbering: which one is meant is the user's to say.
+    tf.train.Checkpoint(v=tf.Variable(1.0)).write(os.path.join(copy, "other"))
+    with pytest.raises(ValueError) as error:
+        runs.resolve_checkpoint(run, copy)
+    assert str(error.value) == (
+        f"checkpoint={copy!r} is a directory with several checkpoints and no 'checkpoint' index "
+        "file naming one (ckpt-10, ckpt-9, other): pass one of them.")
+    assert first == os.path.join(run, "ckpt-1")

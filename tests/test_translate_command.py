@@ -122,11 +122,13 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
             f"--model_base_path={os.path.join(export_dir, 'tiny')}") in printed
     assert "curl -s -X POST http://localhost:8501/v1/models/tiny:predict" in printed
 
-    # The base folder: its highest version is used; the lines come from stdin this time.
+    # The base folder: its highest version is used; the lines come from stdin this time, named
+    # as trainers.score names it.
     os.rename(os.path.join(export_dir, "tiny", "1"), os.path.join(export_dir, "tiny", "7"))
     shutil.copytree(os.path.join(export_dir, "tiny_ids", "1"), os.path.join(export_dir, "tiny", "3"))
     code, stdout, stderr = run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
-                               "--batch_size=2", "--show_scores", stdin=b"\n".join(LINES) + b"\n")
+                               "--batch_size=2", "--show_scores", "--input=-",
+                               stdin=b"\n".join(LINES) + b"\n")
     assert code == 0, stderr
     assert os.path.join(export_dir, "tiny", "7") in stderr
     assert stdout == checkpoint_output[0]

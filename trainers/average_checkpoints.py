@@ -2,10 +2,12 @@
 the last 5 checkpoints, written at 10-minute intervals; the big models the last 20).
 
     python -m trainers.average_checkpoints --model_dir=runs/base --last=5
-    python -m trainers.average_checkpoints --checkpoints=runs/base/ckpt-90000,runs/base/ckpt-95000
+    python -m trainers.average_checkpoints --model_dir=runs/base \
+        --checkpoints=runs/base/ckpt-90000,runs/base/ckpt-95000
 
 Writes MODEL_DIR/averaged/ckpt (or --output): the model variables only, loadable with
-``tf.train.Checkpoint(model=model).read(path)``. The averaging is the library's
+``keras_transformer.weights.restore_model(model, path)``, and as ``--checkpoint=averaged`` by the
+programs that read a run (the run's model: --model_dir is always needed). The averaging is the library's
 ``keras_transformer.training.checkpoints.average_run``, as the trainer's at the end of training.
 """
 

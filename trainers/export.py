@@ -10,7 +10,7 @@ server needs the tf-text ops), ``translate_nbest`` (the beam's whole n-best list
 ``translate_ids`` (token ids, core ops only), and
 EXPORT_DIR/NAME_ids/VERSION with only the ids signature, for servers without the tf-text ops. The
 beam settings are baked into the graphs. The checkpoint is the run's averaged one by default (else
-its best, else its latest); stderr names it. Prints the paths, a ``tensorflow_model_server`` command
+its moving average, else its best, else its latest); stderr names it. Prints the paths, a ``tensorflow_model_server`` command
 line and a ``curl`` request for them.
 
 --format=ctranslate2 (needs the optional extra: pip install -e '.[ctranslate2]') writes

@@ -19,7 +19,8 @@ flags.DEFINE_string(
     "checkpoint", None,
     "With --model_dir: averaged (MODEL_DIR/averaged/ckpt), ema (MODEL_DIR/ema/ckpt, the moving "
     "average of the weights kept in training), best (MODEL_DIR/best/ckpt), latest, a checkpoint prefix (e.g. "
-    "runs/small/ckpt-1000) or a folder. Default: averaged, else ema, else best, else latest (an "
+    "runs/small/ckpt-1000, or ckpt-1000 in the run's folder) or a folder (e.g. runs/small/best). "
+    "Default: averaged, else ema, else best, else latest (an "
     "averaged or ema checkpoint older than the latest one is passed over). The program says which "
     "one it used. An ensemble's runs each take theirs.")
 

@@ -72,8 +72,8 @@ flags.DEFINE_string("saved_model", None,
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
-flags.DEFINE_string("input", None, "File of sentences, one per line (default: --text, else stdin; "
-                    "a terminal on stdin makes the program interactive).")
+flags.DEFINE_string("input", None, "File of sentences, one per line ('-' or none: --text, else "
+                    "stdin; a terminal on stdin makes the program interactive).")
 flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
 flags.DEFINE_string("output", None, "Output file, written whole at the end (default: stdout, "
                     "written as each chunk of input is translated).")
@@ -106,9 +106,14 @@ CHUNK_BATCHES = 4
 PROMPT = "> "
 
 
+def input_file():
+    """--input's file, or None for stdin (no --input, or ``-`` as trainers.score takes it)."""
+    return None if FLAGS.input in (None, "-") else FLAGS.input
+
+
 def interactive():
     """Typed sentences: stdin is a terminal and no other input is named."""
-    return (FLAGS.input is None and not FLAGS.text and sys.stdin is not None
+    return (input_file() is None and not FLAGS.text and sys.stdin is not None
             and sys.stdin.isatty())
 
 
@@ -135,8 +140,8 @@ def check_flags():
         raise app.UsageError(f"--n_best={FLAGS.n_best} exceeds --beam_size={FLAGS.beam_size}: "
                              "the search keeps only beam_size hypotheses; raise --beam_size or "
                              "lower --n_best.")
-    if FLAGS.input is not None:
-        checks.input_file("input", FLAGS.input)
+    if input_file() is not None:
+        checks.input_file("input", input_file())
     if FLAGS.output is not None:
         checks.output_file("output", FLAGS.output)
     if FLAGS.saved_model is None:
@@ -304,8 +309,8 @@ def make_progress():
         return None, False
     if FLAGS.text:
         total = sum(1 for text in FLAGS.text if text.strip())
-    elif FLAGS.input is not None:
-        with open(FLAGS.input, "rb") as stream:
+    elif input_file() is not None:
+        with open(input_file(), "rb") as stream:
             total = sum(1 for line in stream if line.strip())
     else:
         total = None  # a pipe: counted as it comes
@@ -350,7 +355,7 @@ def run_stream(translate, output):
         output.write(text)
         count = len(lines)
     else:
-        stream = open(FLAGS.input, "rb") if FLAGS.input is not None else None
+        stream = open(input_file(), "rb") if input_file() is not None else None
         try:
             reader = LineReader(stream.fileno() if stream else sys.stdin.fileno())
             count = 0

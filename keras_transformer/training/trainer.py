@@ -252,9 +252,11 @@ class Trainer:
                 # variables are numbered differently and a restore would mix them up.
                 raise ValueError(
                     f"{self.config.model_dir} holds checkpoints of a run "
-                    + ("without" if previous_ema is None else f"with ema_decay={previous_ema}")
-                    + " a moving average of the weights; resume it "
-                    + ("without --ema_decay" if previous_ema is None else "with --ema_decay")
+                    + ("without a moving average of the weights" if previous_ema is None
+                       else f"with a moving average of the weights (ema_decay={previous_ema})")
+                    + "; resume it "
+                    + ("without --ema_decay" if previous_ema is None
+                       else f"with --ema_decay={previous_ema}")
                     + ", or use another model_dir.")
             previous = previous_run.get("model")
             # Through from_dict, so fields added since that run was written take their defaults.
