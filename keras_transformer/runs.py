@@ -314,6 +314,10 @@ def load_translator(model_dir: str, checkpoint: Optional[str] = None, decoding_c
     config = model_config(run)
     path = resolve_checkpoint(model_dir, checkpoint)
     tokenizer = SubwordTokenizer.load(vocabulary_path(model_dir, run, vocab_path))
+    if vocab_path and tokenizer.vocab_size != config.output_vocab_size:
+        raise ValueError(f"vocab_path={vocab_path} has {tokenizer.vocab_size} pieces, the run in "
+                         f"{model_dir} {config.output_vocab_size}: not the vocabulary it trained "
+                         "with; leave vocab_path out for the run's own.")
     model = weights.build_model(config)
     weights.restore_model(model, path, config_path=f"{model_dir}/{CONFIG_FILE}")
     translator = Translator(model, tokenizer, decoding_config or DecodingConfig())

@@ -195,6 +195,14 @@ def test_load_translator_finds_the_vocabulary_and_checkpoint_or_names_what_is_mi
     assert out["translations"].numpy()[0].decode() == setup["expected"][line][0]
     with pytest.raises(ValueError, match="ckpt-9' not found"):
         load_translator(str(moved), str(moved / "ckpt-9"))
+    # A vocabulary given that the run did not train with is named as the given one.
+    other = SubwordTokenizer.learn([f"{s} {i}" for i in range(40) for s in SENTENCES],
+                                   vocab_size=296, out_path=str(tmp_path / "other.model"))
+    with pytest.raises(ValueError) as error:
+        load_translator(str(moved), vocab_path=other.path)
+    assert str(error.value) == (f"vocab_path={other.path} has 296 pieces, the run in {moved} 320: "
+                                "not the vocabulary it trained with; leave vocab_path out for the "
+                                "run's own.")
 
 
 def search_nbest(model_dir, checkpoint=None, **decoding):
