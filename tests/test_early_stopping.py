@@ -90,6 +90,17 @@ class ScriptedDevLoss(Callback):
         self.steps.append(step)
 
 
+class Logged(Callback):
+    """The steps of the progress lines and their losses."""
+
+    def __init__(self):
+        self.steps, self.losses = [], []
+
+    def on_log(self, step, logs):
+        self.steps.append(step)
+        self.losses.append(logs["loss"])
+
+
 def early_config(model_dir, **overrides):
     values = dict(model_dir=str(model_dir), train_steps=40, warmup_steps=4, log_every_steps=100,
                   checkpoint_every_minutes=None, dev_every_steps=2, early_stopping_patience=3)
@@ -98,10 +109,10 @@ def early_config(model_dir, **overrides):
 
 
 def test_the_trainer_stops_early_says_why_and_resumes_the_count(tmp_path):
-    lines = []
+    lines, logged = [], Logged()
     script = ScriptedDevLoss([3.0, 2.0, 2.5, 2.1, 2.2] + [1.0] * 20)
     summary = Trainer(TINY, early_config(tmp_path)).fit(
-        batches, dev_batches, callbacks=[script, ProgressLine(lines.append, 40)])
+        batches, dev_batches, callbacks=[script, logged, ProgressLine(lines.append, 40)])
     # evaluations at steps 2, 4, ..., the best (2.0) at step 4, then 6, 8, 10 without improvement
     assert script.steps == [2, 4, 6, 8, 10]
     assert summary["stop_reason"] == "early_stopping" and summary["steps"] == 10
@@ -109,6 +120,8 @@ def test_the_trainer_stops_early_says_why_and_resumes_the_count(tmp_path):
     assert summary["early_stopping"]["best_step"] == 4
     assert summary["early_stopping"]["evaluations_without_improvement"] == 3
     assert summary["latest_checkpoint"].endswith("ckpt-10")  # the stop is saved
+    # the steps since the first line (log_every_steps=100) are shown, and are the final loss
+    assert logged.steps == [1, 10] and summary["final_train_loss"] == logged.losses[-1]
     assert lines[-1].endswith("step 10: training stopped (early_stopping: dev loss did not "
                               "improve by more than 0 for 3 evaluation(s) (patience 3); best 2 "
                               "at step 4)"), lines[-1]
@@ -126,10 +139,10 @@ def test_the_trainer_stops_early_says_why_and_resumes_the_count(tmp_path):
         "checkpoints and summary are as they were"), lines
 
     # More patience: the count goes on from 3 (not from 0), so one more bad evaluation stops it.
-    more = ScriptedDevLoss([2.9] * 5)
+    more, logged = ScriptedDevLoss([2.9] * 5), Logged()
     resumed = Trainer(TINY, early_config(tmp_path, early_stopping_patience=4)).fit(
-        batches, dev_batches, callbacks=[more])
-    assert resumed["start_step"] == 10 and resumed["steps"] == 12
+        batches, dev_batches, callbacks=[more, logged])
+    assert resumed["start_step"] == 10 and resumed["steps"] == 12 and logged.steps == [11, 12]
     assert resumed["stop_reason"] == "early_stopping"
     assert resumed["early_stopping"]["evaluations_without_improvement"] == 4
 

@@ -464,6 +464,23 @@ class Trainer:
         skips_are_normal = config.mixed_precision == "float16"  # dynamic loss scaling
         for callback in callbacks:
             callback.on_begin(start_step)
+
+        def log_interval(step):
+            """The steps since the last progress line, to the callbacks and the summary."""
+            nonlocal interval
+            self._check_finite(step, run)
+            last = interval.logs(time.monotonic())
+            last["learning_rate"] = self.learning_rate()
+            elapsed = time.monotonic() - started
+            last["elapsed_seconds"] = elapsed
+            last["remaining_seconds"] = remaining_seconds(
+                config.train_steps, step, start_step, elapsed, run["first_update_seconds"],
+                budget)
+            for callback in callbacks:
+                callback.on_log(step, last)
+            run["last"] = last
+            interval = _Interval(time.monotonic())
+
         while stop_reason is None:
             if config.train_steps is not None and step >= config.train_steps:
                 stop_reason = "train_steps"
@@ -495,18 +512,7 @@ class Trainer:
             is_last = stop or step == config.train_steps
             # The first step is shown too: it says how long building and compiling took.
             if step % config.log_every_steps == 0 or is_last or step == start_step + 1:
-                self._check_finite(step, run)
-                last = interval.logs(time.monotonic())
-                last["learning_rate"] = self.learning_rate()
-                elapsed = time.monotonic() - started
-                last["elapsed_seconds"] = elapsed
-                last["remaining_seconds"] = remaining_seconds(
-                    config.train_steps, step, start_step, elapsed, run["first_update_seconds"],
-                    budget)
-                for callback in callbacks:
-                    callback.on_log(step, last)
-                run["last"] = last
-                interval = _Interval(time.monotonic())
+                log_interval(step)
             if dev_data is not None and config.dev_every_steps and (
                     step % config.dev_every_steps == 0) and not stop:
                 self._check_finite(step, run)
@@ -516,8 +522,10 @@ class Trainer:
                 if (logs is not None and self.early_stopping is not None
                         and self._stops_early(logs, step)):
                     # Every worker saw the same all-reduced dev loss (and the same dev BLEU):
-                    # they all stop at this step.
+                    # they all stop at this step, whose steps since the last line are shown.
                     stop_reason = "early_stopping"
+                    if interval.steps:
+                        log_interval(step)
                     break
             if stop:  # agreed by all replicas and workers through the step's votes
                 stop_reason = (signals.reason(signals.received()) if signals.received()
