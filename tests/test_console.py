@@ -1,5 +1,6 @@
 """trainers/console.py: what every command shows besides its results."""
 
+import json
 import os
 import subprocess
 import sys
@@ -56,3 +57,42 @@ console.run(main)
         assert result.stderr.strip().splitlines()[-1] == (
             "score: error: 0 tab(s); an n-best line is INDEX<TAB>SCORE<TAB>TRANSLATION (as "
             f"python -m {package}.translate --n_best writes it)"), result.stderr
+
+
+def test_a_tilde_starting_a_path_flag_is_the_home_folder(tmp_path):
+    """The shell expands `--model_dir ~/x` but not `--model_dir=~/x`: the programs do, in every
+    comma-separated part of a path flag, and nowhere else (a sentence to translate keeps it)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "train.tsv").write_text("one\teins\n", encoding="utf-8")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = """
+import json, sys
+from absl import flags
+from trainers import console
+flags.DEFINE_string("model_dir", None, "")
+flags.DEFINE_string("train_data", None, "")
+flags.DEFINE_multi_string("text", None, "")
+
+def main(argv):
+    print(json.dumps({name: flags.FLAGS[name].value for name in ("model_dir", "train_data", "text")}))
+
+console.run(main)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code, "--model_dir=~/runs/x", "--train_data=~/a.en,~/a.de",
+         "--text=~/not a path"], capture_output=True, text=True, timeout=120, cwd=work,
+        env={**os.environ, "HOME": str(home), "PYTHONPATH": root})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == {
+        "model_dir": f"{home}/runs/x", "train_data": f"{home}/a.en,{home}/a.de",
+        "text": ["~/not a path"]}
+    # a real command names the folder it looked in
+    result = subprocess.run(
+        [sys.executable, "-m", "trainers.translate", "--input=~/missing.txt"],
+        capture_output=True, text=True, timeout=300, cwd=work,
+        env={**os.environ, "HOME": str(home), "PYTHONPATH": root})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"translate: error: --input={home}/missing.txt: no such file")

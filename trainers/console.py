@@ -143,6 +143,19 @@ def set_program_default(name, value, note=""):
     flag.help = " ".join(filter(None, [flag.help.split(UNSET_NOTE)[0], note]))
 
 
+# The flags that name files or folders (one, or several comma-separated): a "~" starting one is
+# the home folder, as the shell expands it in `--model_dir ~/x` but not in `--model_dir=~/x`
+# (which made a folder named "~" in the working folder).
+PATH_FLAGS = frozenset((
+    "model_dir", "model_dirs", "saved_model", "data_dir", "export_dir", "output", "output_dir",
+    "input", "train_data", "dev_data", "test_data", "vocab_path", "init_from", "checkpoint",
+    "checkpoints", "ding_file", "libreoffice_help_dir", "nbest", "sources"))
+
+
+def _home(value: str) -> str:
+    return ",".join(os.path.expanduser(part) for part in value.split(","))
+
+
 def parse_flags(argv):
     """absl's parsing (``app.run(main, flags_parser=parse_flags)``) with the project's ends:
 
@@ -150,7 +163,8 @@ def parse_flags(argv):
       with status 0 (absl's own exit status is 1);
     - a bad flag value (not a number, out of range, not an enum value, a failed validator or a
       missing required flag), an unknown flag or a stray positional argument: one line pointing
-      to the program's ``--help``, status 2, without absl's help dump."""
+      to the program's ``--help``, status 2, without absl's help dump;
+    - ``~`` at the start of a path flag (``PATH_FLAGS``) is the home folder."""
     from absl import flags
 
     try:
@@ -168,6 +182,9 @@ def parse_flags(argv):
         value = flags.FLAGS[name].value
         if isinstance(value, float) and not math.isfinite(value):
             usage_error(f"flag --{name}={value}: must be a finite number")
+        if name in PATH_FLAGS and value:
+            flags.FLAGS[name].value = ([_home(v) for v in value] if isinstance(value, list)
+                                       else _home(value))
     if len(rest) > 1:
         usage_error(f"unexpected argument(s) {' '.join(rest[1:])!r}: every option is a --flag")
     return rest
