@@ -79,6 +79,9 @@ def world(tmp_path_factory):
         (files / name).write_text(text, encoding="utf-8")
     (files / "latin1.tsv").write_bytes("Grüße aus Köln\tgreetings\n".encode("latin-1"))
     (files / "binary.tsv").write_bytes(b"\x00asm\x01\x00\x00\x00" + bytes(range(256)) * 4)
+    (files / "utf16.tsv").write_bytes("one\teins\n".encode("utf-16"))  # with its byte order mark
+    (files / "zipped.tsv").write_bytes(b"PK\x03\x04\x14\x00\x00\x00" + bytes(range(256)))
+    (files / "comma,v2.tsv").write_text("\n".join(GOOD_LINES) + "\n", encoding="utf-8")
     (files / "not_a_vocabulary.model").write_bytes(b"\x00\x01garbage")
     (files / "a_file").write_text("I am a file\n")
 
@@ -113,7 +116,8 @@ DATA_CASES = [  # (flags, what the error line must name)
     ([F, "--train_data={files}/missing.tsv"], "--train_data={files}/missing.tsv: no such file"),
     ([F, "--train_data={files}"], "--train_data={files}: is a folder"),
     ([F, "--train_data={files}/empty.tsv"], "{files}/empty.tsv: empty corpus"),
-    ([F, "--train_data={files}/binary.tsv"], "{files}/binary.tsv:1: a NUL byte"),
+    ([F, "--train_data={files}/binary.tsv"], "{files}/binary.tsv:1: a NUL byte: this is a binary "
+                                             "file, not text"),
     ([F, "--train_data={files}/latin1.tsv"], "{files}/latin1.tsv:1: invalid UTF-8"),
     ([F, "--train_data={files}/notab.tsv"], "{files}/notab.tsv:1: no tab"),
     ([F, "--train_data={files}/threecols.tsv"], "{files}/threecols.tsv:2: 2 tabs"),
@@ -139,6 +143,11 @@ DATA_CASES = [  # (flags, what the error line must name)
     (["--bucket_multiple=65"], "--bucket_multiple=65"),
     (["--subword_sampling=1.0"], "--subword_sampling=1.0"),
     (["--subword_sampling=nan"], "--subword_sampling=nan"),
+    ([F, "--train_data={files}/utf16.tsv"], "{files}/utf16.tsv:1: a NUL byte: UTF-16 text"),
+    ([F, "--train_data={files}/zipped.tsv"], "{files}/zipped.tsv:1: a NUL byte: a zip archive: "
+                                             "unpack it"),
+    ([F, "--train_data={files}/comma,v2.tsv"],
+     "--train_data={files}/comma,v2.tsv: a comma separates a source file from a target file"),
 ]
 
 TRAINING_CASES = [

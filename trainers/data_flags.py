@@ -153,6 +153,12 @@ def check_paths(config: DataConfig, specs: dict, writes: bool) -> None:
     from . import checks
 
     for name, spec in specs.items():
+        given = getattr(config, name)
+        if not spec.is_tsv and os.path.isfile(given) and not (
+                os.path.exists(spec.source) and os.path.exists(spec.target)):
+            raise app.UsageError(f"--{name}={given}: a comma separates a source file from a "
+                                 "target file; this is one file whose name has a comma: "
+                                 "rename it")
         for path in (spec.source,) if spec.is_tsv else (spec.source, spec.target):
             checks.input_file(name, path)
         files.check(spec)

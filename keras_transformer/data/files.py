@@ -44,6 +44,27 @@ def is_gzip(path: str) -> bool:
         return f.read(2) == GZIP_MAGIC
 
 
+# What else a corpus file with NUL bytes often is, by its first bytes, and what to do.
+BINARY_KINDS = (
+    (b"\xff\xfe", "UTF-16 text (Windows' \"Unicode\"): save it as UTF-8, e.g. "
+                  "`iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8`"),
+    (b"\xfe\xff", "UTF-16 text: save it as UTF-8, e.g. `iconv -f UTF-16 -t UTF-8 FILE > FILE.utf8`"),
+    (b"PK\x03\x04", "a zip archive: unpack it (`unzip FILE`) and name the text file inside"),
+    (b"BZh", "bzip2-compressed: of compressed files only gzip is read (`bunzip2 FILE`, or "
+             "`bzcat FILE | gzip > FILE.gz`)"),
+    (b"\xfd7zXZ\x00", "xz-compressed: of compressed files only gzip is read (`unxz FILE`)"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed: of compressed files only gzip is read (`unzstd FILE`)"),
+)
+
+
+def _binary_kind(path: str) -> str:
+    """What a file with NUL bytes is and what to do, or that it is no text."""
+    with open(path, "rb") as f:
+        start = f.read(8)
+    return next((kind for magic, kind in BINARY_KINDS if start.startswith(magic)),
+                "this is a binary file, not text")
+
+
 @dataclasses.dataclass(frozen=True)
 class FileSpec:
     """One parallel corpus: a TSV file (``target is None``) or source and target files."""
@@ -78,7 +99,7 @@ def _lines(path: str) -> Iterator[Tuple[int, str]]:
             (gzip.open if is_gzip(path) else open)(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             if b"\0" in raw:
-                raise ValueError(f"{path}:{number}: a NUL byte: this is a binary file, not text")
+                raise ValueError(f"{path}:{number}: a NUL byte: {_binary_kind(path)}")
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
