@@ -176,6 +176,23 @@ def test_evaluate_floors_beside_the_model(exported_copy_model):
     assert re.search(r"^verdict: .*below the translation memory", stdout, re.M)
 
 
+def test_floors_without_training_pairs_is_one_line_before_any_decoding(exported_copy_model,
+                                                                       tmp_path):
+    # Own test data, no --train_data, and an export that records no corpus: the translation memory
+    # has nothing to look up. Said at once, not after decoding the test set.
+    base, test_file = exported_copy_model
+    output = tmp_path / "hyp.txt"
+    code, stdout, stderr = run(f"--saved_model={base / 'copy'}", "--dataset=files",
+                               f"--test_data={test_file}", "--floors", f"--output={output}")
+    assert code == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert stdout == ""  # no data line, no scores: nothing read or decoded
+    assert not output.exists()
+    assert stderr.strip().splitlines()[-1] == (
+        "evaluate: error: --floors: the translation memory floor looks up training pairs: pass "
+        "--train_data (the pairs the model was trained on, PATH.tsv or SRC_PATH,TGT_PATH); the "
+        "export records none")
+
+
 # --- which test set: the one the model was trained on, unless a data flag says otherwise ----------
 
 # Two sentence patterns a tiny model learns in a few hundred updates, so that its translations of
@@ -337,3 +354,37 @@ def test_an_export_without_a_record_says_so_and_uses_the_flags_defaults(exported
     assert re.fullmatch(r"data: \w+ test split \(from the data flags' defaults: the export does "
                         r"not record its corpus; pass --dataset to choose\)",
                         stdout.splitlines()[0]), (stdout, stderr[-2000:])
+
+
+@pytest.mark.parametrize("model, dataset", [
+    ("--model_dir=runs/files", ()),
+    ("--model_dir=runs/files", ("--dataset=files",)),
+    ("--saved_model=saved_models/files", ()),
+])
+def test_other_test_data_alone_is_scored_and_floored_with_the_models_training_pairs(
+        trained_on_files, model, dataset):
+    """``--test_data=x`` without --dataset on a model trained on own files: x, the test split of its
+    recorded dataset (not of the flag's default corpus). With --floors the translation memory looks
+    up the pairs the model was trained on, the recorded train.tsv, as no --train_data is given."""
+    base = trained_on_files
+    record = "the run" if model.startswith("--model_dir") else "the export"
+    output = f"floors{len(dataset)}{record[4:]}.hyp"
+    code, stdout, stderr = run(model, *dataset, "--test_data=other.tsv", "--floors",
+                               "--beam_size=1", f"--output={output}", cwd=base)
+    assert code == 0, stderr[-3000:]
+    data_line, count, bleu, hypotheses = scored(stdout, base, output)
+    origin = "the data flags" if dataset else f"the data flags, with the dataset {record} records"
+    assert data_line == f"data: files test split other.tsv (from {origin})"
+    assert count == len(hypotheses) == len(OTHER_PAIRS)
+    assert bleu == pytest.approx(
+        sacrebleu.corpus_bleu(hypotheses, [[r for _, r in OTHER_PAIRS]]).score, abs=0.005)
+    assert (f"floors: the translation memory looks up the files train split train.tsv (from "
+            f"{record})") in stdout.splitlines()
+    memory = re.search(r"^translation memory +sacreBLEU +([\d.]+) .* chrF2 +([\d.]+)$", stdout,
+                       re.M)
+    assert memory, stdout
+    expected = evaluation.floors([s for s, _ in OTHER_PAIRS], [r for _, r in OTHER_PAIRS],
+                                 TRAIN_PAIRS).translation_memory
+    assert float(memory.group(1)) == pytest.approx(expected.sacrebleu.score, abs=0.005)
+    assert float(memory.group(2)) == pytest.approx(expected.chrf.score, abs=0.005)
+    assert re.search(r"^verdict: ", stdout, re.M), stdout
