@@ -1,5 +1,7 @@
 """`python -m trainers.prepare_data` and the vocabulary reuse behind it (data/pipeline.py)."""
 
+import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -8,7 +10,7 @@ import sys
 import pytest
 
 from keras_transformer import data
-from keras_transformer.data import ding
+from keras_transformer.data import ding, pipeline
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,16 +72,44 @@ def test_bad_flags_and_bad_files_fail_cleanly(tmp_path):
 
 
 def test_vocabulary_of_other_data_is_not_reused_silently(ding_file, tmp_path):
+    """Under its default path a vocabulary whose training text or seed changed is learned again
+    (a fixed file run again works); one named by vocab_path is the user's: an error naming what
+    differs, unless overwritten."""
     config = data.DataConfig(data_dir=str(tmp_path), ding_file=ding_file, vocab_size=320)
     tokenizer, learned = data.load_or_learn_tokenizer(config)
     assert learned and tokenizer.vocab_size == 320
     again, learned = data.load_or_learn_tokenizer(config)
     assert not learned and again.model_proto == tokenizer.model_proto
-    other = data.DataConfig(data_dir=str(tmp_path), ding_file=ding_file, vocab_size=320, seed=7)
-    with pytest.raises(ValueError, match=r"vocab_path=.* was learned with .*seed"):
-        data.load_or_learn_tokenizer(other)
-    relearned, learned = data.load_or_learn_tokenizer(other, overwrite=True)
+    named = dataclasses.replace(config, vocab_path=tokenizer.path, seed=7)
+    with pytest.raises(ValueError) as error:
+        data.load_or_learn_tokenizer(named)
+    assert str(error.value) == (f"vocab_path={tokenizer.path!r} was learned from seed 1, not 7; "
+                                "pass another vocab_path, or relearn it (prepare_data "
+                                "--overwrite_vocab).")
+    relearned, learned = data.load_or_learn_tokenizer(named, overwrite=True)
     assert learned
+    default = dataclasses.replace(config, seed=9)  # the default path, another seed: learned again
+    relearned, learned = data.load_or_learn_tokenizer(default)
+    assert learned and relearned.path == tokenizer.path
+    assert data.load_or_learn_tokenizer(default)[1] is False  # and then reused
+
+
+def test_own_files_fixed_and_run_again_learn_their_vocabulary_again(tmp_path):
+    lines = [f"sentence number {i} is here\tSatz Nummer {i} ist hier" for i in range(60)]
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("source\ttarget\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    config = data.DataConfig(dataset="files", train_data=str(tsv), data_dir=str(tmp_path),
+                             vocab_size=296, hold_out=False)
+    first, learned = data.load_or_learn_tokenizer(config)
+    tsv.write_text("\n".join(lines) + "\n", encoding="utf-8")  # the header line removed
+    second, learned = data.load_or_learn_tokenizer(config)
+    assert learned and second.path == first.path
+    with open(first.path + ".json") as record:
+        assert json.load(record)["data"] == pipeline.data_fingerprint(config)
+    tsv.write_text("\n".join(lines[:30]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"was learned from other training text \(its files "
+                                         r"changed since, or other files\)"):
+        data.load_or_learn_tokenizer(dataclasses.replace(config, vocab_path=first.path))
 
 
 def test_preparing_a_corpus_changes_no_seeded_weights(ding_file, tmp_path):

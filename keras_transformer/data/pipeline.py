@@ -226,9 +226,11 @@ def load_or_learn_tokenizer(
     """The vocabulary at ``config.effective_vocab_path``; learned first if absent.
 
     Returns (tokenizer, learned_now). A vocabulary learned by this function records the
-    data fingerprint, size and seed in ``<path>.json``; reusing it for other data or another
-    size is an error unless ``overwrite`` (a vocabulary file without that record, e.g. one
-    you brought, is used as it is).
+    data fingerprint, size and seed in ``<path>.json``. One under its default path whose training
+    text changed since (a file of one's own fixed and run again) is learned again: runs and exports
+    keep copies of theirs. One named by ``vocab_path`` is the user's to replace: reusing it for
+    other text, size or seed is an error naming what differs, unless ``overwrite``. A vocabulary
+    file without that record (one you brought) is used as it is.
     """
     path = config.effective_vocab_path
     record_path = path + ".json"
@@ -238,15 +240,22 @@ def load_or_learn_tokenizer(
         "seed": config.seed,
     }
     if os.path.isfile(path) and not overwrite:
+        recorded = wanted
         if os.path.isfile(record_path):
             with open(record_path) as f:
                 recorded = json.load(f)
-            if recorded != wanted:
-                raise ValueError(
-                    f"vocab_path={path!r} was learned with {recorded}, not {wanted}; pass "
-                    "another vocab_path or relearn it (prepare_data --overwrite_vocab)."
-                )
-        return SubwordTokenizer.load(path), False
+        if recorded == wanted:
+            return SubwordTokenizer.load(path), False
+        if config.vocab_path:
+            differs = [what for key, what in (
+                ("data", "other training text (its files changed since, or other files)"),
+                ("vocab_size", f"{recorded.get('vocab_size')} pieces, not {wanted['vocab_size']}"),
+                ("seed", f"seed {recorded.get('seed')}, not {wanted['seed']}"))
+                if recorded.get(key) != wanted[key]]
+            raise ValueError(
+                f"vocab_path={path!r} was learned from {', '.join(differs)}; pass another "
+                "vocab_path, or relearn it (prepare_data --overwrite_vocab)."
+            )
     tokenizer = SubwordTokenizer.learn(
         training_texts(config), config.effective_vocab_size, path, seed=config.seed
     )
