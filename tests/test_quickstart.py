@@ -98,7 +98,11 @@ def test_report_has_bleu_both_ways_an_export_and_translations(smoke):
     export_path = re.search(r"^export\s+(\S+)$", report, re.M).group(1)
     assert os.path.isfile(os.path.join(export_path, "saved_model.pb"))
     assert os.path.dirname(export_path) == str(tmp_path / "saved" / "run")
-    assert len(re.findall(r"^  DE  ", report, re.M)) == 3
+    # own files: their languages are not known, so the samples say source and output
+    assert len(re.findall(r"^  SRC ", report, re.M)) == len(re.findall(r"^  OUT ", report, re.M)) == 3
+    assert not re.search(r"^  (EN|DE) ", report, re.M)
+    first = re.search(r"^  SRC (.*)$", report, re.M).group(1)
+    assert f"--text={shlex.quote(first)}" in report  # the "next" line: a sentence of the corpus
 
     record = json.loads((tmp_path / "run" / "report.json").read_text())
     assert record["steps"] == 4
@@ -882,3 +886,12 @@ def test_with_a_moving_average_the_better_on_dev_is_evaluated_and_the_best_expor
     assert (run_dir / "ema" / "ckpt.index").is_file()
     # --export_best reaches the trainer: one export of the best dev BLEU in the run folder
     assert len([n for n in os.listdir(run_dir / "best_export") if n.isdigit()]) == 1
+
+
+def test_the_samples_are_labelled_with_the_corpus_languages():
+    from keras_transformer.data import DataConfig
+    from trainers import quickstart
+
+    assert quickstart.sample_labels(DataConfig(dataset="libreoffice_help_en_de")) == ("EN", "DE")
+    assert quickstart.sample_labels(DataConfig(dataset="wmt14_en_fr")) == ("EN", "FR")
+    assert quickstart.sample_labels(DataConfig(dataset="files", train_data="a.tsv")) == ("SRC", "OUT")

@@ -575,7 +575,15 @@ def stage_export(translator):
 
 # --- 6. translate ---------------------------------------------------------------------------------
 
-def stage_translate(path, sources, references, hypotheses):
+def sample_labels(config):
+    """The labels of a sample's source and translation: the corpus' languages (``EN``, ``DE``),
+    or ``SRC`` and ``OUT`` for one's own files, whose languages the flags do not say."""
+    if config.target_language is None:
+        return "SRC", "OUT"
+    return "EN", config.target_language.upper()  # the English side is the source of every corpus
+
+
+def stage_translate(path, sources, references, hypotheses, labels):
     header("translate", f"{min(FLAGS.samples, len(sources))} {FLAGS.eval_split} sentences through the exported "
            f"model {path}")
     from keras_transformer import inference
@@ -591,8 +599,9 @@ def stage_translate(path, sources, references, hypotheses):
                 "translation": out["translation"], "score": out["score"],
                 "same_as_in_memory": out["translation"] == hypotheses[i]}
                for i, out in zip(chosen, outputs)]
+    source, target = (f"{label:<4}" for label in labels)
     for sample in samples:
-        say(f"  EN   {sample['source']}\n  DE   {sample['translation']}\n"
+        say(f"  {source} {sample['source']}\n  {target} {sample['translation']}\n"
             f"  ref  {sample['reference']}")
     return samples
 
@@ -600,7 +609,7 @@ def stage_translate(path, sources, references, hypotheses):
 # --- report ---------------------------------------------------------------------------------------
 
 def report(training_config, counts, summary, weights, averaged, result, floors, eval_seconds,
-           paths, samples, wall):
+           paths, samples, labels, wall):
     from keras_transformer import evaluation, runs
     from keras_transformer.training import tensorboard_command
 
@@ -626,8 +635,9 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"            {paths[1]} (token ids only, core TensorFlow ops)",
         "samples     (through the exported model)",
     ]
+    source, target = (f"{label:<3}" for label in labels)
     for sample in samples:
-        lines += [f"  EN  {sample['source']}", f"  DE  {sample['translation']}"]
+        lines += [f"  {source} {sample['source']}", f"  {target} {sample['translation']}"]
     model_dir = FLAGS.model_dir
     lines += [
         f"total       {wall / 60:.1f} min wall clock, load average {os.getloadavg()[0]:.1f} "
@@ -638,7 +648,7 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"{os.path.dirname(paths[0])}",
         f"TensorBoard {tensorboard_command(model_dir)}",
         f"next        {console.program_command('translate')} --saved_model={shlex.quote(paths[0])} "
-        "--text=\"Good morning.\"",
+        f"--text={shlex.quote(samples[0]['source'] if labels[0] == 'SRC' else 'Good morning.')}",
         "            {}   # {} on this run".format(*train_more(summary["steps"])),
         f"paper       {console.program_command('wmt')} --dataset=wmt14_en_de --preset=base   "
         "# the paper's base model and recipe, on GPUs",
@@ -772,9 +782,10 @@ def main(argv):
     translator, result, floors, sources, references, hypotheses, eval_seconds = stage_evaluate(
         config, checkpoint)
     paths = stage_export(translator)
-    samples = stage_translate(paths[0], sources, references, hypotheses)
+    labels = sample_labels(config)
+    samples = stage_translate(paths[0], sources, references, hypotheses, labels)
     report(training_config, counts, summary, weights, averaged, result, floors, eval_seconds,
-           paths, samples, time.monotonic() - started)
+           paths, samples, labels, time.monotonic() - started)
 
 
 if __name__ == "__main__":
