@@ -1,6 +1,7 @@
 """Your own parallel files (keras_transformer/data/files.py) and DataConfig validation."""
 
 import dataclasses
+import os
 
 import pytest
 
@@ -228,7 +229,7 @@ def test_a_single_training_file_holds_out_dev_and_test_by_the_source_sentence(tm
     assert not sources["train"] & sources["dev"] and not sources["train"] & sources["test"]
     assert not sources["dev"] & sources["test"]
     assert splits_of(config) == splits
-    assert "dev and test held out of" in data.held_out_note(config)
+    assert "dev and test held out of" in data.splits_note(config)
 
     grown = held_out_corpus(tmp_path / "grown.tsv", 6000)  # the first 4,000 rows, then more
     assert grown[:len(rows)] == rows
@@ -252,7 +253,13 @@ def test_a_split_given_is_read_from_its_file_and_only_the_others_are_held_out(tm
     # the dev pairs are the same either way; the test's hash slice stays in training
     assert splits["dev"] == splits_of(both)["dev"]
     assert sorted(splits["train"] + splits["dev"]) == sorted(rows)
-    assert data.held_out_note(given_test).startswith("dev held out of ")
+    assert data.splits_note(given_test).startswith("dev held out of ")
+    # the training file named as the test file, by another path: its scores are no test's
+    os.symlink(tmp_path / "train.tsv", tmp_path / "same.tsv")
+    same = dataclasses.replace(both, test_data=str(tmp_path / "same.tsv"))
+    assert data.splits_note(same) == (
+        f"dev held out of {tmp_path / 'train.tsv'} by a hash of each source sentence; test_data "
+        "is the training file: its scores are of pairs the model trains on")
     # each configuration its own vocabulary: their training text differs
     paths = {c.effective_vocab_path for c in (both, given_test,
                                                dataclasses.replace(both, hold_out=False))}
@@ -264,7 +271,7 @@ def test_no_hold_out_from_a_small_file_or_when_turned_off(tmp_path):
     split's message says why it is missing."""
     small = held_out_corpus(tmp_path / "small.tsv", files.HELD_OUT_MIN_PAIRS - 10)
     config = data.DataConfig(dataset="files", train_data=str(tmp_path / "small.tsv"))
-    assert data.held_out_splits(config) == () and data.held_out_note(config) == ""
+    assert data.held_out_splits(config) == () and data.splits_note(config) == ""
     assert read_all(data.load_text_pairs(config, "train")) == small
     with pytest.raises(ValueError, match=rf"test_data is not set: .*\(train_data has {len(small)} "
                                          rf"pairs, too few to hold a test split out of: at least "

@@ -92,9 +92,9 @@ def prepare(config):
         if split == "train":
             data.check_not_empty(config, tokenizer, "train")
     print("(tokens per sentence include the end token; padding counts both sides)")
-    held_out = data.held_out_note(config)
-    if held_out:
-        print(f"({held_out})")
+    note = data.splits_note(config)
+    if note:
+        print(f"({note})")
 
 
 if __name__ == "__main__":

@@ -335,9 +335,9 @@ def stage_data(config):
         from keras_transformer.data import libreoffice_help
 
         say(libreoffice_help.alignment_summary(config.libreoffice_help_dir))
-    held_out = data.held_out_note(config)
+    note = data.splits_note(config)
     say(f"dataset {config.dataset}: " + ", ".join(f"{n:,} {s}" for s, n in counts.items())
-        + " sentence pairs" + (f"; {held_out}" if held_out else ""))
+        + " sentence pairs" + (f"; {note}" if note else ""))
     origin = {"init_from": "the --init_from model's",
               "own copy": "the run's own copy, which it resumes with"}.get(origin, origin)
     say(f"vocabulary: {tokenizer.vocab_size:,} shared subwords ({origin}) at {tokenizer.path}")

@@ -24,7 +24,7 @@ _EXPORTS = {
     "check_not_empty": "keras_transformer.data.pipeline",
     "decoded_pairs": "keras_transformer.data.pipeline",
     "fetch_offline": "keras_transformer.data.pipeline",
-    "held_out_note": "keras_transformer.data.pipeline",
+    "splits_note": "keras_transformer.data.pipeline",
     "held_out_splits": "keras_transformer.data.pipeline",
     "load_or_learn_tokenizer": "keras_transformer.data.pipeline",
     "load_text_pairs": "keras_transformer.data.pipeline",
@@ -41,7 +41,7 @@ _EXPORTS = {
 __all__ = [
     "BatchStats", "BucketSpec", "DATASETS", "DING_DATASET", "DataConfig", "LIBREOFFICE_DATASET", "DataNotFoundError", "LengthStats",
     "SPLITS", "batch_statistics", "bucket_batch", "bucket_boundaries", "bucket_spec",
-    "check_not_empty", "decoded_pairs", "fetch_offline", "held_out_note",
+    "check_not_empty", "decoded_pairs", "fetch_offline", "splits_note",
     "held_out_splits",
     "distributed_dataset_fn", "encode_pairs", "length_statistics", "load_or_learn_tokenizer",
     "load_text_pairs", "make_batches", "make_dataset", "make_distributed_dataset_fn",

@@ -158,14 +158,22 @@ def held_out_splits(config: DataConfig) -> Tuple[str, ...]:
     return splits
 
 
-def held_out_note(config: DataConfig) -> str:
-    """What ``config`` holds out of its training file, for the programs' output ("" if nothing),
-    e.g. "dev and test held out of train.tsv by a hash of each source sentence"."""
+def splits_note(config: DataConfig) -> str:
+    """How ``config``'s dev and test splits relate to its training pairs, for the programs' output
+    ("" if there is nothing to say): what is held out of the training file, e.g. "dev and test held
+    out of train.tsv by a hash of each source sentence", and a dev or test file that is the
+    training file itself, whose scores are then of pairs the model trains on."""
+    notes = []
     held_out = held_out_splits(config)
-    if not held_out:
-        return ""
-    return (f"{' and '.join(held_out)} held out of {config.train_data} by a hash of each source "
-            "sentence")
+    if held_out:
+        notes.append(f"{' and '.join(held_out)} held out of {config.train_data} by a hash of each "
+                     "source sentence")
+    if config.dataset == FILES_DATASET and config.train_data:
+        trained = os.path.realpath(config.train_data.split(",")[0])
+        notes += [f"{split}_data is the training file: its scores are of pairs the model trains "
+                  "on" for split, spec in (("dev", config.dev_data), ("test", config.test_data))
+                  if spec and os.path.realpath(spec.split(",")[0]) == trained]
+    return "; ".join(notes)
 
 
 def _describe_split(config: DataConfig, split: str) -> str:

@@ -46,9 +46,9 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
     train_fn = data.make_distributed_dataset_fn(data_config, tokenizer, "train", training=True,
                                                 repeat=True)
-    held_out = data.held_out_note(data_config)
-    if held_out:
-        log(timestamped(f"data: {held_out}"))
+    note = data.splits_note(data_config)
+    if note:
+        log(timestamped(f"data: {note}"))
     dev_fn = None
     try:
         data.load_text_pairs(data_config, "dev")
