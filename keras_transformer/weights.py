@@ -38,21 +38,71 @@ def model_checkpoint(model, **others):
     return tf.train.Checkpoint(model=model, model_variables=list(model.variables), **others)
 
 
+# Where ``model_checkpoint`` keeps the model's i-th variable in a checkpoint file.
+MODEL_VARIABLE_KEY = "model_variables/{}/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _misfit(model, path: str) -> Optional[str]:
+    """Why the checkpoint ``path`` cannot be restored into the built ``model`` (None if it can),
+    found from the checkpoint's index alone: the number of model variables it holds, or the
+    shape or dtype of the first that differs from the model's.
+
+    Checked before restoring because a restore that fails half-way leaves TensorFlow's restore
+    status to be deleted without ``expect_partial()``: its deletion logs one warning per value
+    of the file left unread (all the optimizer slots of a training checkpoint), hundreds of
+    lines burying the one that says what is wrong."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+    variables = model.variables
+    held = sum(1 for key in shapes if key.startswith("model_variables/")
+               and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    if held != len(variables):
+        return f"it holds {held} model variables, the model has {len(variables)}"
+    for index, variable in enumerate(variables):
+        key = MODEL_VARIABLE_KEY.format(index)
+        name = getattr(variable, "path", None) or variable.name
+        if key not in shapes:
+            return f"it lacks model variable {index} ({name})"
+        mine, theirs = tuple(variable.shape), tuple(shapes[key])
+        if mine != theirs:
+            return (f"variable {name} has shape {theirs} in the checkpoint, "
+                    f"{mine} in the model")
+        mine, theirs = tf.as_dtype(variable.dtype), tf.as_dtype(dtypes[key])
+        if mine != theirs:
+            return (f"variable {name} has dtype {theirs.name} in the checkpoint, "
+                    f"{mine.name} in the model")
+    return None
+
+
 def restore_model(model, path: str, config_path: Optional[str] = None) -> None:
     """Loads the model variables of checkpoint ``path`` (a training or averaged checkpoint)
     into the built ``model``; optimizer state in the file is ignored.
 
     A missing checkpoint, or one of another architecture, is a one-line ValueError naming
-    ``path`` (and ``config_path``, the config.json that describes ``model``, if given)."""
+    ``path`` (and ``config_path``, the config.json that describes ``model``, if given), and
+    nothing else: one that does not fit (``_misfit``) is refused before TensorFlow restores
+    anything, so no warnings about values left unread come with it."""
     import tensorflow as tf
 
     if not tf.io.gfile.exists(path + ".index"):
         raise ValueError(f"Checkpoint {path!r} does not exist (no {path}.index).")
+    described = f" of {config_path}" if config_path else ""
     try:
-        model_checkpoint(model).read(path).expect_partial().assert_existing_objects_matched()
-    # Variables of another shape are a ValueError, variables the file lacks an AssertionError, an
-    # unreadable file an OpError: all three say the checkpoint is not this model's.
-    except (ValueError, AssertionError, tf.errors.OpError) as error:
-        described = f" of {config_path}" if config_path else ""
+        reason = _misfit(model, path)
+    except tf.errors.OpError as error:  # an unreadable index
+        reason = str(error)
+    if reason is None:
+        try:
+            # The optimizer slots, step and training time of a training checkpoint are left
+            # unread on purpose: expect_partial() says so (no warnings about them).
+            model_checkpoint(model).read(path).expect_partial().assert_existing_objects_matched()
+        # What the index cannot show (damaged data): an OpError, or an IndexError if cut short.
+        except (ValueError, AssertionError, IndexError, tf.errors.OpError) as error:
+            reason = str(error) or type(error).__name__
+    if reason is not None:
+        first = (reason.strip().splitlines() or [""])[0]
         raise ValueError(f"checkpoint {path} does not fit the model{described}: "
-                         f"{str(error).splitlines()[0][:300]}") from None
+                         f"{first[:300]}") from None

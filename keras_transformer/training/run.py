@@ -56,7 +56,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     except ValueError as error:
         if "is not set" not in str(error):
             raise
-        logging.warning("No dev data (%s): no dev loss.", error)
+        log(timestamped(f"data: no dev evaluations (no dev loss, no dev BLEU): {error}"))
     if training_config.early_stopping_patience and (
             dev_fn is None or (training_config.early_stopping_metric == "bleu"
                                and not dev_bleu_sentences)):
