@@ -143,3 +143,34 @@ def test_an_export_older_than_the_score_signature_is_one_line(tmp_path):
     assert [line for line in stderr.splitlines() if line.startswith("score:")] == [
         f"score: error: {tmp_path}/1 has no score signature: it was exported before scoring was; "
         "export the run again to score with it."], stderr
+
+
+def test_several_models_named_either_way_score_alike(setup):
+    """Comma-separated (`--model_dir=A,B`, `--saved_model=A,B`) or the flag repeated: the same
+    models, one column each in the order named (a comma-separated --saved_model was one folder
+    named "A,B", and no such folder)."""
+    from test_translate_command import SHIPPED
+
+    a, b = setup["runs"]
+    pairs = [f"--input={setup['pairs']}", "--batch_size=2"]
+    code, comma, stderr = run("score", f"--model_dir={a},{b}", *pairs)
+    assert code == 0, stderr
+    code, repeated, stderr = run("score", f"--model_dir={a}", f"--model_dir={b}", *pairs)
+    assert code == 0, stderr
+    assert f"score: model 2: {os.path.join(b, 'ckpt-1')} (latest;" in stderr
+    assert columns(repeated) == columns(comma)
+    want = [list(x) + list(y) for x, y in zip(scored_alone(a, PAIRS), scored_alone(b, PAIRS))]
+    assert len(columns(repeated)) == len(PAIRS)
+    for row, expected in zip(columns(repeated), want):
+        assert row == pytest.approx(expected, abs=2e-4)
+
+    if not os.path.isfile(os.path.join(SHIPPED, "1", "saved_model.pb")):
+        pytest.skip("no shipped model in this copy of the project")
+    line = b"Opens the Customize dialog.\t\xc3\x96ffnet den Dialog Anpassen.\n"
+    code, comma, stderr = run("score", f"--saved_model={SHIPPED},{SHIPPED}", stdin=line)
+    assert code == 0, stderr
+    assert "score: 1 line(s) scored with 2 model(s)." in stderr
+    code, repeated, stderr = run("score", f"--saved_model={SHIPPED}", f"--saved_model={SHIPPED}",
+                                 stdin=line)
+    assert code == 0, stderr
+    assert columns(repeated) == columns(comma) and len(columns(comma)[0]) == 6

@@ -545,3 +545,50 @@ def test_an_ensemble_of_runs_with_different_vocabularies_is_one_line(setup, tmp_
                                          f"{runs_made['reworded']} do not share a vocabulary "
                                          r"\(\d+ of their 320 subwords differ, the first at id"):
         load_ensemble([setup["model_dir"], runs_made["reworded"]])
+
+
+# --- several models named either way: comma-separated or the flag repeated ---------------------------
+
+SHIPPED = os.path.join(ROOT, "saved_models", "quickstart")
+
+
+def test_a_repeated_saved_model_is_the_comma_separated_ensemble():
+    """`--saved_model=A --saved_model=B` is `--saved_model=A,B` (absl's string flag kept only the
+    last, silently: one model, no ensemble); export, which takes one model, refuses both forms in
+    one line rather than keep the last."""
+    if not os.path.isfile(os.path.join(SHIPPED, "1", "saved_model.pb")):
+        pytest.skip("no shipped model in this copy of the project")
+    outputs = []
+    for args in ([f"--saved_model={SHIPPED},{SHIPPED}"],
+                 [f"--saved_model={SHIPPED}", f"--saved_model={SHIPPED}"]):
+        code, stdout, stderr = run("translate", *args, "--text=Hello.", "--text=Good morning.",
+                                   "--show_scores", "--beam_size=2", "--extra_length=6")
+        assert code == 0, stderr
+        assert "translate: an ensemble of 2 SavedModels: " in stderr, stderr
+        outputs.append(parse(stdout))
+    assert len(outputs[1]) == 2
+    assert [text for _, text in outputs[1]] == [text for _, text in outputs[0]]
+    assert [score for score, _ in outputs[1]] == pytest.approx([s for s, _ in outputs[0]], abs=1e-4)
+    assert_clean_error(run("export", f"--saved_model={SHIPPED}", f"--saved_model={SHIPPED}",
+                           "--export_dir=never"),
+                       "an ensemble cannot be exported")
+
+
+def test_a_repeated_model_dir_is_the_comma_separated_ensemble_each_with_the_checkpoint(setup):
+    """`--model_dir=A --model_dir=A --checkpoint=ckpt-1`: the ensemble `--model_dir=A,A` names,
+    --checkpoint taken by each run; export refuses it as it refuses the comma-separated one."""
+    checkpoint = os.path.join(setup["model_dir"], "ckpt-1")
+    outputs = []
+    for args in ([f"--model_dir={setup['model_dir']},{setup['model_dir']}"],
+                 [f"--model_dir={setup['model_dir']}", f"--model_dir={setup['model_dir']}"]):
+        code, stdout, stderr = run("translate", *args, "--checkpoint=ckpt-1", "--text=A dog runs.",
+                                   "--text=Das ist Satz 5.", "--show_scores", "--beam_size=2",
+                                   "--extra_length=6")
+        assert code == 0, stderr
+        assert (f"translate: an ensemble of 2 runs: {checkpoint} (--checkpoint=ckpt-1), "
+                f"{checkpoint} (--checkpoint=ckpt-1), beam 2") in stderr, stderr
+        outputs.append(parse(stdout))
+    assert outputs[1] == outputs[0] and len(outputs[0]) == 2
+    assert_clean_error(run("export", f"--model_dir={setup['model_dir']}",
+                           f"--model_dir={setup['model_dir']}", f"--export_dir={setup['base'] / 'never'}"),
+                       "an ensemble cannot be exported")

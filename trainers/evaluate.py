@@ -60,9 +60,9 @@ for _name in data_flags.CORPUS_FLAGS + ("vocab_path",):  # not the training-batc
 flags.adopt_module_key_flags(thread_flags)
 flags.adopt_module_key_flags(decoding_flags)
 flags.adopt_module_key_flags(run_flags)
-flags.DEFINE_string("saved_model", None,
-                    "Exported SavedModel: a version folder or the model's base folder (its highest "
-                    "version); several, comma-separated: an ensemble (as for --model_dir).")
+flags.DEFINE_flag(run_flags.ModelsFlag(
+    "saved_model", "Exported SavedModel: a version folder or the model's base folder (its highest "
+    f"version); {run_flags.SEVERAL}: an ensemble (as for --model_dir)."))
 flags.DEFINE_enum("split", "test", ["train", "dev", "test"], "Which split to translate and score.")
 flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick looks).",
                      lower_bound=1)

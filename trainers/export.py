@@ -37,9 +37,9 @@ from . import checks, console, decoding_flags, run_flags
 
 flags.adopt_module_key_flags(decoding_flags)
 flags.adopt_module_key_flags(run_flags)
-flags.DEFINE_string("saved_model", None,
-                    "Instead of --model_dir: an exported SavedModel to export again (a version "
-                    "folder or the model's base folder, its highest version).")
+flags.DEFINE_flag(run_flags.ModelsFlag(
+    "saved_model", "Instead of --model_dir: an exported SavedModel to export again (a version "
+    "folder or the model's base folder, its highest version)."))
 flags.DEFINE_string("vocab_path", None, "The SentencePiece vocabulary, if not the one the run recorded.")
 flags.DEFINE_string("export_dir", "saved_models", "Where the exported models go.")
 flags.DEFINE_string("name", None, "Model name (folder under --export_dir; TF Serving's model name). "

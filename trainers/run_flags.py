@@ -6,15 +6,43 @@ translate, export): one definition, one default, and one line saying what was lo
     translator, loaded = run_flags.load_translator(decoding_config, vocab_path)
     translator, loaded = run_flags.load_exported_translator(saved_model)
 
---model_dir may name several runs, comma-separated: an ensemble (``run_flags.model_dirs``).
+--model_dir may name several runs: an ensemble (``run_flags.model_dirs``). Several models are
+named the same way in every program that takes them (``ModelsFlag``, also score's and translate's
+--saved_model): comma-separated, ``--model_dir=A,B``, or the flag repeated, ``--model_dir=A
+--model_dir=B``, the same models in the order named.
 """
 
 from absl import flags
 
-flags.DEFINE_string("model_dir", None, "A training run's model_dir (config.json + checkpoints); "
-                    "translate and evaluate also take several, comma-separated: an ensemble, "
-                    "decoded together (their log-probabilities averaged at every step; the runs "
-                    "must share one vocabulary; memory and time grow linearly with the runs).")
+
+class ModelsFlag(flags.Flag):
+    """A string flag naming one model, or several (an ensemble, or score's columns) either
+    comma-separated or by giving the flag again: ``--saved_model=A --saved_model=B`` is
+    ``--saved_model=A,B`` (where absl's string flag keeps only its last value). The value stays
+    the one comma-separated string every reader splits (``model_dirs``, ``saved_models``).
+
+        flags.DEFINE_flag(run_flags.ModelsFlag("saved_model", "Exported SavedModel ..."))
+    """
+
+    def __init__(self, name, help_string, default=None):
+        super().__init__(flags.ArgumentParser(), flags.ArgumentSerializer(), name, default,
+                         help_string)
+
+    def parse(self, argument):
+        before = self.value if self.present else None
+        super().parse(argument)
+        if before:
+            self.value = f"{before},{self.value}"
+
+
+# The words the help of such a flag ends with.
+SEVERAL = "several: comma-separated (A,B) or the flag repeated, in the order named"
+
+flags.DEFINE_flag(ModelsFlag(
+    "model_dir", "A training run's model_dir (config.json + checkpoints); translate and evaluate "
+    f"also take {SEVERAL}: an ensemble, decoded together (their log-probabilities averaged at "
+    "every step; the runs must share one vocabulary; memory and time grow linearly with the "
+    "runs)."))
 flags.DEFINE_string(
     "checkpoint", None,
     "With --model_dir: averaged (MODEL_DIR/averaged/ckpt), ema (MODEL_DIR/ema/ckpt, the moving "
@@ -117,7 +145,8 @@ def check_saved_models(value):
 
     from . import checks
 
-    given = [f"--{name}" for name in ("checkpoint", "vocab_path") if FLAGS[name].present]
+    given = [f"--{name}" for name in ("checkpoint", "vocab_path")
+             if name in FLAGS and FLAGS[name].present]
     if given:
         raise app.UsageError(f"{', '.join(given)}: with --model_dir only; a SavedModel holds its "
                              "weights and its vocabulary.")

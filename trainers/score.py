@@ -22,9 +22,11 @@ model's LOG_PROB of (source line INDEX of --sources, TRANSLATION) between SCORE 
 ``INDEX<TAB>SCORE<TAB>LOG_PROB_1[<TAB>LOG_PROB_2 ...]<TAB>TRANSLATION``. A line with score -inf (a
 slot the search left empty) is no hypothesis: its columns are -inf.
 
-Models: --model_dir (a training run; several separated by commas, each with --checkpoint's
-checkpoint, by default averaged, else ema, else best, else latest) or --saved_model (an export with
-the ``score`` signature, repeatable). stderr names each one. Input is read as bytes, in chunks of a
+Models: --model_dir (a training run, with --checkpoint's checkpoint, by default averaged, else ema,
+else best, else latest) or --saved_model (an export with the ``score`` signature); several of either
+comma-separated (``--model_dir=runs/a,runs/b``) or the flag repeated (``--model_dir=runs/a
+--model_dir=runs/b``), one score column each in the order named, as translate and evaluate take an
+ensemble (``run_flags.ModelsFlag``). stderr names each one. Input is read as bytes, in chunks of a
 few batches, each batched by length and written to stdout as soon as it is scored (--output FILE:
 written whole at the end). A side longer than the model's ``max_length`` is cut (the target: scored
 on its first max_length - 1 subwords without EOS) and its line number goes to stderr.
@@ -40,12 +42,12 @@ from . import checks, console, run_flags, thread_flags
 
 flags.adopt_module_key_flags(thread_flags)
 flags.adopt_module_key_flags(run_flags)
-flags.FLAGS["model_dir"].help = ("Training runs' model_dirs (config.json + checkpoints), separated "
-                                 "by commas: one score column per run.")
-flags.DEFINE_multi_string("saved_model", None,
-                          "Exported SavedModel with the score signature: a version folder or the "
-                          "model's base folder (its highest version). Repeatable: one score column "
-                          "per model.")
+flags.FLAGS["model_dir"].help = ("A training run's model_dir (config.json + checkpoints); "
+                                 f"{run_flags.SEVERAL}: one score column per run.")
+flags.DEFINE_flag(run_flags.ModelsFlag(
+    "saved_model", "Exported SavedModel with the score signature: a version folder or the "
+    f"model's base folder (its highest version); {run_flags.SEVERAL}: one score column per "
+    "model."))
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
 flags.DEFINE_string("input", None, "TSV of source<TAB>target pairs to score, one per line "
                     "(default and '-': stdin).")
@@ -65,20 +67,12 @@ CHUNK_BATCHES = 4
 STDIN = "-"
 
 
-def model_dirs():
-    return [path for path in (FLAGS.model_dir or "").split(",") if path]
-
-
 def check_flags():
     """The models, the input and the output: before any work."""
-    if not model_dirs() and not FLAGS.saved_model:
+    if not FLAGS.model_dir and not FLAGS.saved_model:
         raise app.UsageError("name the model(s) to score with: --model_dir or --saved_model.")
-    for path in model_dirs():
-        checks.run_dir("model_dir", path, FLAGS.checkpoint)
-    if FLAGS.saved_model and FLAGS["checkpoint"].present:
-        raise app.UsageError("--checkpoint only applies with --model_dir.")
-    for path in FLAGS.saved_model or []:
-        checks.saved_model("saved_model", path)
+    if FLAGS.saved_model:
+        run_flags.check_saved_models(FLAGS.saved_model)
     if (FLAGS.nbest is None) != (FLAGS.sources is None):
         raise app.UsageError("--nbest and --sources go together: the n-best list and the sentences "
                              "it translates.")
@@ -89,6 +83,8 @@ def check_flags():
             checks.input_file(name, FLAGS[name].value)
     if FLAGS.output is not None:
         checks.output_file("output", FLAGS.output)
+    if not FLAGS.saved_model:  # last: finding a run's latest checkpoint starts TensorFlow
+        run_flags.check_runs()
 
 
 def load_score_fns():
@@ -97,10 +93,10 @@ def load_score_fns():
     from keras_transformer import inference
 
     models = []
-    for path in model_dirs():
+    for path in run_flags.model_dirs() if FLAGS.model_dir else []:
         translator, loaded = run_flags.load_run_translator(path)
         models.append((translator.score_function(), loaded))
-    for path in FLAGS.saved_model or []:
+    for path in run_flags.saved_models(FLAGS.saved_model) if FLAGS.saved_model else []:
         score_fn, version = inference.load_exported_score_fn(path)
         models.append((score_fn, f"{version} (SavedModel)"))
     return models

@@ -36,9 +36,10 @@ then K - 1 lines with score -inf and no text (as does a slot the search could no
 Any sampling flag (--sampling_topk, --sampling_topp, --sampling_temperature, --seed) translates
 each input into one random sample instead of the beam's best (``inference.SamplingConfig``),
 scored as the beam's (log P under the model, not the sampling distribution / length penalty); not
-with --n_best. Several comma-separated runs in --model_dir are an ensemble, decoded together (the
+with --n_best. Several runs in --model_dir, comma-separated (``--model_dir=runs/a,runs/b``) or the
+flag repeated (``--model_dir=runs/a --model_dir=runs/b``), are an ensemble, decoded together (the
 members' log-probabilities averaged at every step): memory and time grow linearly with the runs.
-Several comma-separated SavedModels in --saved_model are an ensemble the same way (rebuilt here).
+Several SavedModels in --saved_model, named either way, are an ensemble the same way (rebuilt here).
 
 Before translating, stderr names the checkpoint (and why it is the one) or the SavedModel, and the
 search settings. A SavedModel translates with its own graph, the search it was exported with (its
@@ -63,12 +64,11 @@ flags.adopt_module_key_flags(thread_flags)
 flags.adopt_module_key_flags(decoding_flags)
 flags.adopt_module_key_flags(run_flags)
 flags.adopt_module_key_flags(sampling_flags)
-flags.DEFINE_string("saved_model", None,
-                    "Exported SavedModel: a version folder (with saved_model.pb) or the model's base "
-                    "folder (its highest numeric version is used). Translated by its own graph, "
-                    "with the search it was exported with; any search or sampling flag searches "
-                    "its weights here instead, as do several comma-separated SavedModels (an "
-                    "ensemble, as for --model_dir).")
+flags.DEFINE_flag(run_flags.ModelsFlag(
+    "saved_model", "Exported SavedModel: a version folder (with saved_model.pb) or the model's "
+    "base folder (its highest numeric version is used). Translated by its own graph, with the "
+    "search it was exported with; any search or sampling flag searches its weights here instead, "
+    f"as do {run_flags.SEVERAL} (an ensemble, as for --model_dir)."))
 flags.DEFINE_string("vocab_path", None,
                     "With --model_dir: the SentencePiece vocabulary, if not the one the run recorded.")
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
