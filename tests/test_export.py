@@ -280,3 +280,31 @@ def test_a_version_holds_a_checkpoints_weights_only_if_exported_from_it_after_it
     os.utime(tmp_path / "run" / "ckpt-4.index", (3500, 3500))
     export(4, str(other), 4000)  # the latest export is of another checkpoint
     assert version_holding(base, str(checkpoint)) is None and version_holding(base, str(other))
+
+
+def test_the_printed_serving_commands_survive_a_shell_for_any_model_name(tmp_path):
+    """trainers.export's tensorflow_model_server and curl lines, for a model folder whose name
+    has a space and a quote: each pasted into a shell is one command with the name as one
+    argument, and the URL carries it percent-encoded."""
+    import shlex
+    import urllib.parse
+
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from trainers import export as export_command
+
+    name = "it's mine"
+    paths = [str(tmp_path / "my exports" / folder / "1") for folder in (name, f"{name}_ids")]
+    with flagsaver.flagsaver():
+        flags.FLAGS(["export", "--model_dir=x"])
+        text = export_command.serving_help(paths, name, [[5, 6, 3]])
+    servers = [shlex.split(line) for line in text.splitlines()
+               if line.startswith("tensorflow_model_server")]
+    assert [args[2] for args in servers] == [f"--model_name={name}", f"--model_name={name}_ids"]
+    assert [args[3] for args in servers] == [
+        f"--model_base_path={tmp_path / 'my exports' / name}",
+        f"--model_base_path={tmp_path / 'my exports' / name}_ids"]
+    requests = [shlex.split(line) for line in text.splitlines() if line.startswith("curl")]
+    assert requests[0][4] == f"http://localhost:8501/v1/models/{urllib.parse.quote(name)}:predict"
+    assert json.loads(requests[1][6]) == {"signature_name": "translate_ids", "instances": [[5, 6, 3]]}

@@ -30,6 +30,7 @@ import json
 import os
 import shlex
 import sys
+import urllib.parse
 
 from absl import app, flags
 
@@ -115,10 +116,10 @@ def serving_help(paths, name, sample_ids):
                 "text in and out (the server needs the tf-text ops)")
         lines += [
             f"# {model}: {kind}",
-            f"tensorflow_model_server --rest_api_port={port} --model_name={model} "
+            f"tensorflow_model_server --rest_api_port={port} --model_name={shlex.quote(model)} "
             f"--model_base_path={shlex.quote(base)}",
-            f"curl -s -X POST http://localhost:{port}/v1/models/{model}:predict "
-            f"-d '{json.dumps(body)}'",
+            f"curl -s -X POST http://localhost:{port}/v1/models/{urllib.parse.quote(model)}:predict "
+            f"-d {shlex.quote(json.dumps(body))}",
         ]
     return "\n".join(lines)
 

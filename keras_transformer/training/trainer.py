@@ -364,9 +364,9 @@ class Trainer:
         if disagreeing[0] > 0:
             raise ValueError(
                 f"the workers do not start from the same step and weights (the chief's step: "
-                f"{int(chiefs[0])}): every worker must read the chief's model_dir "
-                f"({self.config.model_dir}) and init_from; on several machines, from a shared "
-                "file system (NFS, GCS, S3) at the same path on every worker.")
+                f"{int(chiefs[0])}): every worker must read the chief's model_dir (this "
+                f"worker's: {self.config.model_dir}) and init_from; on several machines, from a "
+                "shared file system (NFS, GCS, S3) at the same path on every worker.")
 
     def _early_stopping(self, restored, dev_dataset_fn) -> Optional[EarlyStopping]:
         config = self.config
