@@ -236,6 +236,13 @@ COMMAND_CASES = (
         "--model_dir={run} holds a run trained on other data (train_data=None, not "
         "'{files}/good.tsv'); resume it with the data it trained on, or train on this data in "
         "another model_dir (init_from={run} starts from its weights)"),
+       # fine-tuning keeps its source's vocabulary; a resumed run keeps the source it started from
+       ("wmt", ["--dataset=ding_de_en", "--init_from={run}", "--preset=tiny", "--vocab_size=1000"],
+        "--vocab_size=1000: a fine-tuned run keeps the vocabulary of the model it starts from (288 "
+        "pieces, "),
+       ("wmt", [F, "--test_data={files}/good.tsv", "--model_dir={run}", "--init_from={export}"],
+        "--init_from={export}: the run in {run} started from scratch and resumes from its own "
+        "checkpoints; a run from this model needs another --model_dir."),
        ("quickstart", ["--dataset=libreoffice_help_en_de", "--model_dir={run}"],
         "--model_dir={run} holds a run trained on other data (dataset='files', not "
         "'libreoffice_help_en_de', test_data='{files}/good.tsv', not None)")]
@@ -308,6 +315,8 @@ AFTER_TENSORFLOW = {
     "quickstart:--init_from=no_checkpoint",
     "wmt:--dataset=files --train_data=files/good.tsv --test_data=files/good.tsv --model_dir=run",
     "quickstart:--dataset=libreoffice_help_en_de --model_dir=run",
+    "wmt:--dataset=ding_de_en --init_from=run --preset=tiny --vocab_size=1000",
+    "wmt:--dataset=files --test_data=files/good.tsv --model_dir=run --init_from=export",
 }
 
 

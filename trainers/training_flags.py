@@ -9,6 +9,7 @@ become: one TrainingConfig, the strategy (seeded), and the library's training ru
     summary = training_flags.train(data_config, config, strategy)
 """
 
+import os
 from typing import Optional
 
 from absl import app, flags
@@ -205,16 +206,48 @@ def check(model_dir: Optional[str], data):
         return
     import tensorflow as tf
 
-    if model_dir is not None and tf.io.gfile.isdir(model_dir) and \
-            tf.train.latest_checkpoint(model_dir):
-        return
     from keras_transformer.training import init_from
 
+    if model_dir is not None and tf.io.gfile.isdir(model_dir) and \
+            tf.train.latest_checkpoint(model_dir):
+        check_resumed_init_from(model_dir)
+        return
     try:
         source = init_from.resolve(FLAGS.init_from)
         init_from.check_model(source, model_flags.model_config(source.model_config.vocab_size))
     except ValueError as error:
         raise app.UsageError(f"--{error}") from None
+    if data.vocab_size not in (None, source.model_config.vocab_size):
+        raise app.UsageError(
+            f"--vocab_size={data.vocab_size}: a fine-tuned run keeps the vocabulary of the model "
+            f"it starts from ({source.model_config.vocab_size} pieces, {source.vocab_path}); "
+            "leave --vocab_size out.")
+
+
+def check_resumed_init_from(model_dir: str):
+    """A run resumed with --init_from is the run that started from it: it resumes from its own
+    checkpoints, and another --init_from (or one for a run that started from scratch) would be
+    ignored: one line instead."""
+    from keras_transformer import runs
+    from keras_transformer.training import init_from
+
+    try:
+        recorded = runs.read_config(model_dir).get(runs.INIT_FROM_KEY) or {}
+    except (OSError, ValueError):
+        return  # no readable record: the trainer's own checks speak
+    if recorded.get("given") == FLAGS.init_from:
+        return
+    try:  # the same source named otherwise (a relative path, its base folder)?
+        same = os.path.realpath(init_from.resolve(FLAGS.init_from).checkpoint) == \
+            os.path.realpath(str(recorded.get("checkpoint")))
+    except ValueError:
+        same = False
+    if not same:
+        started = (f"started from {recorded['given']}" if recorded.get("given")
+                   else "started from scratch")
+        raise app.UsageError(
+            f"--init_from={FLAGS.init_from}: the run in {model_dir} {started} and resumes from "
+            "its own checkpoints; a run from this model needs another --model_dir.")
 
 
 def make_strategy():
