@@ -117,6 +117,8 @@ def test_sigterm_to_one_worker_stops_both_at_one_step_and_the_job_resumes_there(
                for o in outputs]
     assert stopped[0] == stopped[1] < steps
     assert "stopped by SIGTERM (sent to another worker of the job)" in outputs[0]
+    for index, output in enumerate(outputs):  # said before each waited for the other to start
+        assert f"wmt: worker {index} of 2 (TF_CONFIG): waiting until every worker has started" in output
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith(f"ckpt-{stopped[0]}")
 
     # The same command on both resumes from that step and ends where an uninterrupted job does.

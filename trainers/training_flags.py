@@ -15,7 +15,7 @@ from typing import Optional
 from absl import app, flags
 
 from keras_transformer.training.strategy import PRECISIONS, STRATEGIES
-from . import model_flags, shipped
+from . import console, model_flags, shipped
 
 FLAGS = flags.FLAGS
 # --init_from's name of the model that comes with the project, wherever this copy keeps it (a
@@ -250,11 +250,29 @@ def check_resumed_init_from(model_dir: str):
             "its own checkpoints; a run from this model needs another --model_dir.")
 
 
+def say_joining():
+    """A line before a worker waits in TensorFlow for the others to start, for as long as one is
+    missing: said, that wait is no silent hang. (TensorFlow holds SIGTERM and SIGINT until every
+    worker has joined.)"""
+    import json
+
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "")
+        workers, index = len(config["cluster"]["worker"]), int(config["task"]["index"])
+    except (ValueError, KeyError, TypeError):
+        return  # the strategy says what is wrong with TF_CONFIG
+    print(f"{console.program_name()}: worker {index} of {workers} (TF_CONFIG): waiting until "
+          "every worker has started (a missing one holds all; Ctrl-C and SIGTERM cannot end "
+          "the wait, SIGKILL can)", flush=True)
+
+
 def make_strategy():
     """The tf.distribute strategy of the flags; call before TensorFlow runs anything (logical
     devices are fixed at start-up), then seed."""
     from keras_transformer.training import make_strategy as make
 
+    if FLAGS.strategy == "multi_worker_mirrored":
+        say_joining()
     try:
         strategy = make(FLAGS.strategy, FLAGS.num_cpu_devices)
     except ValueError as error:
