@@ -6,12 +6,13 @@
 
 --format=saved_model writes two SavedModels with one version number (default: the next free one):
 EXPORT_DIR/NAME/VERSION with the text signature ``serving_default`` (strings in, strings out; the
-server needs the tf-text ops), ``translate_nbest`` (the beam's whole n-best list as text) and
-``translate_ids`` (token ids, core ops only), and
-EXPORT_DIR/NAME_ids/VERSION with only the ids signature, for servers without the tf-text ops. The
-beam settings are baked into the graphs. The checkpoint is the run's averaged one by default (else
-its moving average, else its best, else its latest); stderr names it. Prints the paths, a ``tensorflow_model_server`` command
-line and a ``curl`` request for them.
+server needs the tf-text ops), ``translate_nbest`` (the beam's whole n-best list as text),
+``score`` (the log-probability of given translations), and ``translate_ids`` and ``score_ids``
+(token ids, core ops only), and EXPORT_DIR/NAME_ids/VERSION with only the two ids signatures, for
+servers without the tf-text ops. The beam settings are baked into the graphs. The checkpoint is the
+run's averaged one by default (else its moving average, else its best, else its latest); stderr
+names it. Prints the paths, a ``tensorflow_model_server`` command line and a ``curl`` request for
+them.
 
 --format=ctranslate2 (needs the optional extra: pip install -e '.[ctranslate2]') writes
 EXPORT_DIR/NAME_ctranslate2/VERSION, a CTranslate2 model folder (C++ CPU/GPU inference engine) with
