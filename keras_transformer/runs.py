@@ -158,7 +158,8 @@ def check_data(model_dir: str, asked) -> None:
 
     if recorded is None or not tf.train.latest_checkpoint(model_dir):
         return
-    changed = [name for name, value in recorded.corpus().items() if asked.corpus()[name] != value]
+    trained, given = recorded.corpus(), asked.corpus()
+    changed = [name for name in trained if given[name] != trained[name]]
     if changed:
         # the hold-out is named when it alone differs: other files make it differ too
         shown = [name for name in changed if name != "hold_out"] or changed

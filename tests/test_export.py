@@ -285,20 +285,21 @@ def test_a_version_holds_a_checkpoints_weights_only_if_exported_from_it_after_it
 def test_the_printed_serving_commands_survive_a_shell_for_any_model_name(tmp_path):
     """trainers.export's tensorflow_model_server and curl lines, for a model folder whose name
     has a space and a quote: each pasted into a shell is one command with the name as one
-    argument, and the URL carries it percent-encoded."""
+    argument, and the URL carries it percent-encoded. (In a process of its own: the programs'
+    flags are defined once per process.)"""
     import shlex
     import urllib.parse
 
-    from absl import flags
-    from absl.testing import flagsaver
-
-    from trainers import export as export_command
-
     name = "it's mine"
     paths = [str(tmp_path / "my exports" / folder / "1") for folder in (name, f"{name}_ids")]
-    with flagsaver.flagsaver():
-        flags.FLAGS(["export", "--model_dir=x"])
-        text = export_command.serving_help(paths, name, [[5, 6, 3]])
+    code = ("import sys; from absl import flags; from trainers import export; "
+            "flags.FLAGS(['export', '--model_dir=x']); "
+            "print(export.serving_help(sys.argv[1:3], sys.argv[3], [[5, 6, 3]]))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code, *paths, name], capture_output=True,
+                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": root})
+    assert result.returncode == 0, result.stderr[-2000:]
+    text = result.stdout
     servers = [shlex.split(line) for line in text.splitlines()
                if line.startswith("tensorflow_model_server")]
     assert [args[2] for args in servers] == [f"--model_name={name}", f"--model_name={name}_ids"]

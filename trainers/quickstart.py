@@ -648,7 +648,7 @@ def report(training_config, counts, summary, weights, averaged, result, floors, 
         f"{os.path.dirname(paths[0])}",
         f"TensorBoard {tensorboard_command(model_dir)}",
         f"next        {console.program_command('translate')} --saved_model={shlex.quote(paths[0])} "
-        f"--text={shlex.quote(samples[0]['source'] if labels[0] == 'SRC' else 'Good morning.')}",
+        f"--text={shlex.quote('Good morning.' if labels[0] == 'EN' else samples[0]['source'])}",
         "            {}   # {} on this run".format(*train_more(summary["steps"])),
         f"paper       {console.program_command('wmt')} --dataset=wmt14_en_de --preset=base   "
         "# the paper's base model and recipe, on GPUs",
