@@ -364,3 +364,24 @@ def test_a_resumed_run_keeps_the_vocabulary_it_trained_with(tmp_path):
                   train_config(tmp_path / "run", train_steps=3), preset="tiny",
                   model_overrides=dict(max_length=65), dev_bleu_sentences=0, log=lines.append)
     assert SubwordTokenizer.load(str(tmp_path / "run" / runs.VOCABULARY_FILE)).model_proto == own
+
+
+def test_a_resumed_run_is_resumed_with_the_source_it_started_from(tmp_path):
+    """The same init_from again resumes (the source may be gone by now); another one, or one for
+    a run that started from scratch, would be ignored by the resumed run: one error."""
+    import tensorflow as tf
+
+    from keras_transformer.training import init_from
+
+    run = tmp_path / "run"
+    tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), str(run), 1).save()
+    source = str(tmp_path / "gone")  # deleted since the run started from it
+    runs.write_json(str(run / runs.CONFIG_FILE), {runs.INIT_FROM_KEY: {
+        "given": source, "checkpoint": f"{source}/averaged/ckpt"}})
+    init_from.check_resumed(str(run), source)
+    init_from.check_resumed(str(tmp_path / "new"), str(tmp_path / "other"))  # a new run
+    with pytest.raises(ValueError, match=rf"^init_from={tmp_path / 'other'}: the run in {run} "
+                                         rf"started from {source} and resumes from its own "
+                                         "checkpoints; a run from this model needs another "
+                                         "--model_dir.$"):
+        init_from.check_resumed(str(run), str(tmp_path / "other"))

@@ -129,26 +129,3 @@ def test_quickstart_and_wmt_build_the_same_training_config_once_for_the_same_fla
     assert wmt["configs"][0]["average_last"] == 3 and wmt["configs"][0]["ema_decay"] == 0.9
     assert not quickstart["imports_wmt"], "the quickstart shares flag modules, not trainers.wmt"
 
-
-def test_a_resumed_run_is_resumed_with_the_source_it_started_from(parse, tmp_path):
-    """The same --init_from again resumes (the source may be gone by now); another one, or one
-    for a run that started from scratch, would be ignored by the resumed run: one line."""
-    import tensorflow as tf
-    from absl import app
-
-    from keras_transformer import runs
-    from trainers import training_flags
-
-    run = tmp_path / "run"
-    tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), str(run), 1).save()
-    source = str(tmp_path / "gone")  # deleted since the run started from it
-    runs.write_json(str(run / runs.CONFIG_FILE), {runs.INIT_FROM_KEY: {
-        "given": source, "checkpoint": f"{source}/averaged/ckpt"}})
-    parse(f"--init_from={source}")
-    training_flags.check_resumed_init_from(str(run))
-    parse(f"--init_from={tmp_path / 'other'}")
-    with pytest.raises(app.UsageError, match=rf"^--init_from={tmp_path / 'other'}: the run in "
-                                             rf"{run} started from {source} and resumes from its "
-                                             "own checkpoints; a run from this model needs "
-                                             "another --model_dir.$"):
-        training_flags.check_resumed_init_from(str(run))

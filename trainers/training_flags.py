@@ -210,7 +210,10 @@ def check(model_dir: Optional[str], data):
 
     if model_dir is not None and tf.io.gfile.isdir(model_dir) and \
             tf.train.latest_checkpoint(model_dir):
-        check_resumed_init_from(model_dir)
+        try:
+            init_from.check_resumed(model_dir, FLAGS.init_from)
+        except ValueError as error:
+            raise app.UsageError(f"--{error}") from None
         return
     try:
         source = init_from.resolve(FLAGS.init_from)
@@ -222,32 +225,6 @@ def check(model_dir: Optional[str], data):
             f"--vocab_size={data.vocab_size}: a fine-tuned run keeps the vocabulary of the model "
             f"it starts from ({source.model_config.vocab_size} pieces, {source.vocab_path}); "
             "leave --vocab_size out.")
-
-
-def check_resumed_init_from(model_dir: str):
-    """A run resumed with --init_from is the run that started from it: it resumes from its own
-    checkpoints, and another --init_from (or one for a run that started from scratch) would be
-    ignored: one line instead."""
-    from keras_transformer import runs
-    from keras_transformer.training import init_from
-
-    try:
-        recorded = runs.read_config(model_dir).get(runs.INIT_FROM_KEY) or {}
-    except (OSError, ValueError):
-        return  # no readable record: the trainer's own checks speak
-    if recorded.get("given") == FLAGS.init_from:
-        return
-    try:  # the same source named otherwise (a relative path, its base folder)?
-        same = os.path.realpath(init_from.resolve(FLAGS.init_from).checkpoint) == \
-            os.path.realpath(str(recorded.get("checkpoint")))
-    except ValueError:
-        same = False
-    if not same:
-        started = (f"started from {recorded['given']}" if recorded.get("given")
-                   else "started from scratch")
-        raise app.UsageError(
-            f"--init_from={FLAGS.init_from}: the run in {model_dir} {started} and resumes from "
-            "its own checkpoints; a run from this model needs another --model_dir.")
 
 
 def say_joining():

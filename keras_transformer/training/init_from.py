@@ -53,6 +53,32 @@ class InitSource:
                 "checkpoint_name": self.name}
 
 
+def check_resumed(model_dir: str, given: Optional[str]) -> None:
+    """A run resumed with ``given`` as its init_from is the run that started from it: it resumes
+    from its own checkpoints, and another source (or one for a run that started from scratch)
+    would be ignored: a ValueError instead. Nothing for a new run or no ``given``."""
+    import tensorflow as tf
+
+    if not given or not tf.train.latest_checkpoint(model_dir):
+        return
+    try:
+        recorded = runs.read_config(model_dir).get(runs.INIT_FROM_KEY) or {}
+    except (OSError, ValueError):
+        return  # no readable record: the trainer's own checks speak
+    if recorded.get("given") == given:
+        return
+    try:  # the same source named otherwise (a relative path, its base folder)?
+        same = os.path.realpath(resolve(given).checkpoint) == \
+            os.path.realpath(str(recorded.get("checkpoint")))
+    except ValueError:
+        same = False
+    if not same:
+        started = (f"started from {recorded['given']}" if recorded.get("given")
+                   else "started from scratch")
+        raise ValueError(f"init_from={given}: the run in {model_dir} {started} and resumes from "
+                         "its own checkpoints; a run from this model needs another --model_dir.")
+
+
 def _error(given, message):
     return ValueError(f"init_from={given}: {message}")
 

@@ -43,6 +43,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     or split."""
     strategy = strategy or tf.distribute.get_strategy()
     runs.check_data(training_config.model_dir, data_config)
+    init_from.check_resumed(training_config.model_dir, training_config.init_from)
     tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
     train_fn = data.make_distributed_dataset_fn(data_config, tokenizer, "train", training=True,
                                                 repeat=True)
