@@ -59,6 +59,54 @@ console.run(main)
             f"python -m {package}.translate --n_best writes it)"), result.stderr
 
 
+def test_a_library_message_names_the_fields_as_the_program_s_flags(tmp_path):
+    # The library (used from Python too) names its config fields; a program's user passes flags.
+    # Only this program's flags are renamed: not a path's part, not a quoted value, not a flag
+    # already named, not a word that is no flag here.
+    from keras_transformer import data
+
+    few = tmp_path / "few.tsv"
+    few.write_text("".join(f"Sentence {i}.\tSatz {i}.\n" for i in range(4)) * 30, encoding="utf-8")
+    code = """
+import os
+from trainers import console, data_flags
+from keras_transformer.data import pipeline
+
+def main(argv):
+    if os.environ.get("MADE_UP"):
+        raise ValueError(os.environ["MADE_UP"])
+    for split in ("dev", "test"):  # which split gets no pair depends on the hash
+        pipeline.load_text_pairs(data_flags.data_config(writes=False), split)
+
+console.run(main)
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    config = data.DataConfig(dataset="files", train_data=str(few))
+    split = next(split for split in ("dev", "test") if _no_pairs_error(config, split))
+    made_up = "data_dir='a/train_data=b' (--model_dir=x) has d_model=2, split=dev"
+    for argv, env, line in (
+            (["--dataset=files", f"--train_data={few}"], {},
+             f"--train_data='{few}': no {split} pairs held out of it: its 120 pairs have too few "
+             f"different source sentences to fall into the held-out share; pass --{split}_data=PATH, "
+             "or --hold_out=False to train on every pair."),
+            ([], {"MADE_UP": made_up}, "--" + made_up)):  # d_model is no data flag
+        result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                                text=True, timeout=300, cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": root, **env})
+        assert result.returncode == 1, result.stderr[-2000:]
+        assert result.stderr.strip().splitlines()[-1] == f"-c: error: {line}", result.stderr
+
+
+def _no_pairs_error(config, split):
+    from keras_transformer import data
+
+    try:
+        data.load_text_pairs(config, split)
+    except ValueError:
+        return True
+    return False
+
+
 def test_a_tilde_starting_a_path_flag_is_the_home_folder(tmp_path):
     """The shell expands `--model_dir ~/x` but not `--model_dir=~/x`: the programs do, in every
     comma-separated part of a path flag, and nowhere else (a sentence to translate keeps it)."""

@@ -298,7 +298,7 @@ def test_a_held_out_split_that_gets_no_pair_says_so(tmp_path):
             assert str(splits[split]) == (
                 f"train_data={few!r}: no {split} pairs held out of it: its 120 pairs have too few "
                 "different source sentences to fall into the held-out share; pass "
-                f"{split}_data, or hold_out=False to train on every pair.")
+                f"{split}_data=PATH, or hold_out=False to train on every pair.")
         else:
             assert splits[split]
 

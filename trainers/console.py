@@ -4,6 +4,7 @@ import contextlib
 import errno
 import math
 import os
+import re
 import signal
 import sys
 
@@ -115,9 +116,28 @@ def installed_names(text: str) -> str:
     return text.replace("python -m trainers.", f"python -m {PACKAGE}.")
 
 
+def flag_names(text: str) -> str:
+    """``text`` with the library's config fields named as this program's flags: the library
+    (used from Python too) names ``train_data='x'`` and ``hold_out=False``, which a program's
+    user passes as ``--train_data='x'`` and ``--hold_out=False``. Only the fields that are
+    flags of this program are renamed."""
+    from absl import flags
+
+    names = sorted((name for name in flags.FLAGS if len(name) > 1), key=len, reverse=True)
+    if not names:
+        return text
+    # Not inside a word, a flag already named (--x=), a path or a quoted value.
+    return re.sub(r"(?<![\w\-./'\"])(" + "|".join(map(re.escape, names)) + ")=", r"--\1=", text)
+
+
+def for_programs(text: str) -> str:
+    """A library message as a program's user reads it: programs and flags named as they run here."""
+    return flag_names(installed_names(text))
+
+
 def error_exit(message, status: int = 1):
     """Ends the program with one line ``PROGRAM: error: MESSAGE`` on stderr."""
-    text = installed_names(" ".join(str(message).split("\n")))
+    text = for_programs(" ".join(str(message).split("\n")))
     print(f"{program_name()}: error: {text}", file=sys.stderr, flush=True)
     sys.exit(status)
 

@@ -294,7 +294,7 @@ def fail(stage, message):
     remedy = REMEDIES["data files" if own_files else stage].replace(
         "MODEL_DIR", shlex.quote(FLAGS.model_dir))
     sys.exit(f"\nquickstart: stage {number}/{len(STAGES)} '{stage}' failed: "
-             f"{console.installed_names(str(message))}\n"
+             f"{console.for_programs(str(message))}\n"
              f"What to do: {remedy}")
 
 

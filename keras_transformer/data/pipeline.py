@@ -131,7 +131,7 @@ def load_text_pairs(config: DataConfig, split: str, limit: Optional[int] = None)
             raise ValueError(
                 f"train_data={config.train_data!r}: no {split} pairs held out of it: its {total} "
                 "pairs have too few different source sentences to fall into the held-out share; "
-                f"pass {_SPEC_FLAGS[split]}, or hold_out=False to train on every pair."
+                f"pass {_SPEC_FLAGS[split]}=PATH, or hold_out=False to train on every pair."
             )
     elif spec:
         pairs = files.load(files.parse_spec(spec, _SPEC_FLAGS[split]))
