@@ -198,6 +198,7 @@ def test_only_the_chief_writes_and_workers_must_share_its_model_dir(tmp_path, co
     assert len(os.listdir(tmp_path / "run0" / "best_export")) == 1
     assert os.listdir(tmp_path / "export0")
     assert "dev BLEU" in job.output(0) and "dev BLEU" not in job.output(1)
+    assert "summary in" in job.output(0) and "summary in" not in job.output(1)
     assert files_below(tmp_path / "run1") == [] and files_below(tmp_path / "export1") == []
     assert os.listdir(tmpdirs[0]) == [] and os.listdir(tmpdirs[1]) == []
 

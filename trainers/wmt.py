@@ -108,9 +108,12 @@ def main(argv):
     losses = "; ".join(f"{name} {summary[key]:.4f}" for name, key in (
         ("final train loss", "final_train_loss"), ("dev loss", "final_dev_loss"))
         if summary[key] is not None)
+    # Only the chief writes the run's files.
+    where = (f"summary in {os.path.join(model_dir, runs.SUMMARY_FILE)}" if is_chief(strategy)
+             else "the chief writes the summary")
     print(f"wmt: {summary['stop_reason']} after {summary['steps']} steps; "
           f"{summary['tokens_per_second']:,.0f} tokens/s; {losses + '; ' if losses else ''}"
-          f"summary in {os.path.join(model_dir, runs.SUMMARY_FILE)}", flush=True)
+          f"{where}", flush=True)
     signals.check()  # stopped by a signal: no new stage
     if FLAGS.export_dir and is_chief(strategy):
         try:
