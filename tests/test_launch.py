@@ -57,8 +57,11 @@ def test_tf_config_is_what_tensorflow_reads_for_each_worker():
 @pytest.mark.parametrize("workers,index,message", [
     (["node1:2222", "node2"], 0, "'node2' is not host:port"),
     (["node1:2222", "node1:http"], 0, "is not host:port"),
-    (["node1:2222", "node1:70000"], 0, "is not host:port"),
-    (["node1:2222", "node1:2222"], 1, "listed twice"),
+    (["node1:2222", "node1:70000"], 0, "'node1:70000': port 70000 is not 1 to 65535"),
+    (["node1:2222", "node1:0"], 0, "port 0 is not 1 to 65535"),
+    (["node1:2222", "node1:2222"], 1, "node1:2222 is listed twice"),
+    (["localhost:2222", "127.0.0.1:2222"], 1, "127.0.0.1:2222 and localhost:2222 are one address"),
+    (["Node1:2222", "node1:2222"], 1, "node1:2222 and Node1:2222 are one address"),
     (["node1:2222", "node2:2222"], 2, "index 2 is not a worker of 2"),
     (["node1:2222"], -1, "index -1"),
     ([], 0, "no worker addresses"),

@@ -197,19 +197,29 @@ def precision_note(precision: str) -> str:
             "slower on AVX2 alone; --mixed_precision=auto picks float32)")
 
 
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
+
+
 def tf_config(workers, index: int) -> dict:
     """The ``TF_CONFIG`` of worker ``index`` of a job whose workers are ``workers`` (``host:port``
     each, the same list in the same order on every worker; worker 0 is the chief). Raises
     ValueError naming a malformed or repeated address or an index outside the list."""
     workers = [w.strip() for w in workers]
+    places = {}
     for address in workers:
         host, _, port = address.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or not port.isdigit():
             raise ValueError(f"worker address {address!r} is not host:port (e.g. node1:2222)")
-    repeated = sorted({w for w in workers if workers.count(w) > 1})
-    if repeated:
-        raise ValueError(f"worker address {repeated[0]} is listed twice: each worker needs an "
-                         "address of its own (another port on the same host)")
+        if not 0 < int(port) < 65536:
+            raise ValueError(f"worker address {address!r}: port {port} is not 1 to 65535")
+        # Host names are case-insensitive, and the loopback's names are one host.
+        place = ("localhost" if host.lower() in _LOOPBACK else host.lower(), int(port))
+        if place in places:
+            same = ("is listed twice" if places[place] == address
+                    else f"and {places[place]} are one address")
+            raise ValueError(f"worker address {address} {same}: each worker needs an address of "
+                             "its own (another port on the same host)")
+        places[place] = address
     if not workers:
         raise ValueError("no worker addresses: list them as host:port,host:port")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(workers):
