@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.weights import exported_version_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -777,20 +778,6 @@ def load_exported_model(path: str):
     model = build_model(exported_model_config(path))
     restore_from_export(model, path)
     return model, SubwordTokenizer.load(os.path.join(path, "assets", VOCABULARY_ASSET))
-
-
-def exported_version_path(path: str) -> str:
-    """``path`` if it holds a ``saved_model.pb``, else its highest numeric version folder that
-    does; a ValueError naming the path if there is none."""
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return path
-    if not os.path.isdir(path):
-        raise ValueError(f"SavedModel {path} does not exist.")
-    versions = [int(n) for n in os.listdir(path)
-                if n.isdigit() and os.path.isfile(os.path.join(path, n, "saved_model.pb"))]
-    if not versions:
-        raise ValueError(f"{path} holds no saved_model.pb and no numeric version folder with one.")
-    return os.path.join(path, str(max(versions)))
 
 
 def _load_exported(path):

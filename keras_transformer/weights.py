@@ -3,14 +3,31 @@
 
 Where the checkpoints of a run lie and which one a name (latest, averaged, ema, best) means is the
 run folder's business (``runs``); this module knows only a model and a checkpoint prefix, so that
-training, the run folder and the programs build and restore models the same way.
+training, the run folder and the programs build and restore models the same way, and which
+version folder of an export holds the SavedModel (``exported_version_path``; cheap to import,
+so that the programs check their flags before TensorFlow is loaded).
 """
 
+import os
 from typing import Optional
 
 # --mixed_precision value -> Keras dtype policy (variables stay float32 in both mixed modes).
 PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16",
                       "float16": "mixed_float16"}
+
+
+def exported_version_path(path: str) -> str:
+    """``path`` if it holds a ``saved_model.pb``, else its highest numeric version folder that
+    does; a ValueError naming the path if there is none."""
+    if os.path.isfile(os.path.join(path, "saved_model.pb")):
+        return path
+    if not os.path.isdir(path):
+        raise ValueError(f"SavedModel {path} does not exist.")
+    versions = [int(n) for n in os.listdir(path)
+                if n.isdigit() and os.path.isfile(os.path.join(path, n, "saved_model.pb"))]
+    if not versions:
+        raise ValueError(f"{path} holds no saved_model.pb and no numeric version folder with one.")
+    return os.path.join(path, str(max(versions)))
 
 
 def build_model(model_config, mixed_precision: str = "float32"):

@@ -21,11 +21,13 @@ def _fail(flag, path, problem):
 def holds_saved_model(path):
     """Whether ``path`` is a SavedModel's version folder, or a model's folder of numbered ones
     (what ``tensorflow_model_server --model_base_path`` reads)."""
-    if os.path.isfile(os.path.join(path, "saved_model.pb")):
-        return True
-    return os.path.isdir(path) and any(
-        name.isdigit() and os.path.isfile(os.path.join(path, name, "saved_model.pb"))
-        for name in os.listdir(path))
+    from keras_transformer.weights import exported_version_path
+
+    try:
+        exported_version_path(path)
+    except (ValueError, OSError):
+        return False
+    return True
 
 
 def input_file(flag, path, remedy=""):

@@ -165,10 +165,11 @@ def load_exported_translator(value):
     beam 8, alpha 0.6, extra length 50``."""
     from keras_transformer import inference
     from keras_transformer.export.common import recorded_data_config
+    from keras_transformer.weights import exported_version_path
 
     from . import decoding_flags
 
-    paths = [inference.exported_version_path(path) for path in saved_models(value)]
+    paths = [exported_version_path(path) for path in saved_models(value)]
     decoding = decoding_flags.decoding_config(inference.exported_decoding_config(paths[0])
                                               or inference.DecodingConfig())
     members = [inference.load_exported_translator(path, decoding) for path in paths]

@@ -161,7 +161,7 @@ def load_translate_fn():
     per sentence (``inference.translate_in_batches``'s, or with --n_best > 1
     ``translate_nbest_in_batches``'s); the model's folder; the model, checkpoint and search
     settings, for stderr."""
-    from keras_transformer import inference
+    from keras_transformer import inference, weights
 
     nbest = FLAGS.n_best > 1
     # A SavedModel is rebuilt also for sampling and for --alignments (the attention), which no
@@ -184,7 +184,7 @@ def load_translate_fn():
         if FLAGS.saved_model is not None:
             translator, description = run_flags.load_exported_translator(FLAGS.saved_model)
             paths = run_flags.saved_models(FLAGS.saved_model)
-            source = (inference.exported_version_path(paths[0]) if len(paths) == 1
+            source = (weights.exported_version_path(paths[0]) if len(paths) == 1
                       else FLAGS.saved_model)
             check_exported_beam(translator.decoding.beam_size, source)
         else:

@@ -10,8 +10,8 @@ import os
 import re
 
 from keras_transformer import writing
-from keras_transformer.inference import (CONFIG_ASSET, VOCABULARY_ASSET, exported_version_path,
-                                         recorded_settings)
+from keras_transformer.inference import CONFIG_ASSET, VOCABULARY_ASSET, recorded_settings
+from keras_transformer.weights import exported_version_path
 
 
 @contextlib.contextmanager

@@ -129,7 +129,8 @@ def _export_source(given: str) -> InitSource:
     """The source of a folder without a run's config.json: a SavedModel (a version folder or a
     model's folder of versions), else a ValueError saying it is neither."""
     from keras_transformer.inference import (CONFIG_ASSET, VOCABULARY_ASSET,
-                                             exported_model_config, exported_version_path)
+                                             exported_model_config)
+    from keras_transformer.weights import exported_version_path
 
     try:
         version = exported_version_path(given)
