@@ -69,8 +69,9 @@ echo "setup: pip install -e '$spec' into $venv (the first time downloads ~2.7 GB
 corpora='import sys
 from keras_transformer.data import ding, libreoffice_help
 try:
-    for corpus in (libreoffice_help, ding):
-        print("setup: corpus", corpus.fetch(), flush=True)
+    for name, corpus in (("the LibreOffice help pages", libreoffice_help),
+                         ("the Ding dictionary", ding)):
+        print(f"setup: corpus ready: {name} in {corpus.fetch()}", flush=True)
 except ValueError as error:
     sys.exit(f"setup: {error}")'
 "$venv/bin/python" -c "$corpora" 2>/dev/null ||
