@@ -228,10 +228,11 @@ class Trainer:
                 self.model, optimizer=self.optimizer, step=self.step_counter))
         return self.checkpointer.restore_latest()
 
-    def _write_run_config(self, run_config: dict):
+    def _write_run_config(self, run_config: Optional[dict] = None):
         if self.chief:
             tf.io.gfile.makedirs(self.config.model_dir)
-            runs.write_json(os.path.join(self.config.model_dir, runs.CONFIG_FILE), run_config)
+            runs.write_json(os.path.join(self.config.model_dir, runs.CONFIG_FILE),
+                            run_config or self._checked_run_config())
 
     def _checked_run_config(self) -> dict:
         """What ``config.json`` will record of this run, after checking that the checkpoints in
