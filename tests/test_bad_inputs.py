@@ -233,9 +233,9 @@ COMMAND_CASES = (
        # a run resumes (or, finished, shows its report) on the data it trained on, not other data
        ("wmt", [F, "--train_data={files}/good.tsv", "--test_data={files}/good.tsv",
                 "--model_dir={run}"],
-        "--model_dir={run} holds a run trained on other data (train_data=None, not "
+        "--model_dir={run} holds a run trained on other data (--train_data=None, not "
         "'{files}/good.tsv'); resume it with the data it trained on, or train on this data in "
-        "another model_dir (init_from={run} starts from its weights)"),
+        "another model_dir (--init_from={run} starts from its weights)"),
        # fine-tuning keeps its source's vocabulary; a resumed run keeps the source it started from
        ("wmt", ["--dataset=ding_de_en", "--init_from={run}", "--preset=tiny", "--vocab_size=1000"],
         "--vocab_size=1000: a fine-tuned run keeps the vocabulary of the model it starts from (288 "
@@ -244,8 +244,8 @@ COMMAND_CASES = (
         "--init_from={export}: the run in {run} started from scratch and resumes from its own "
         "checkpoints; a run from this model needs another --model_dir."),
        ("quickstart", ["--dataset=libreoffice_help_en_de", "--model_dir={run}"],
-        "--model_dir={run} holds a run trained on other data (dataset='files', not "
-        "'libreoffice_help_en_de', test_data='{files}/good.tsv', not None)")]
+        "--model_dir={run} holds a run trained on other data (--dataset='files', not "
+        "'libreoffice_help_en_de', --test_data='{files}/good.tsv', not None)")]
     + [("prepare_data", args, message) for args, message in DATA_CASES[:3] + DATA_CASES[12:]]
     + [("prepare_data", ["--download", "--dataset=files", "--train_data={file}"],
         "--download: --dataset=files reads your own files"),

@@ -96,11 +96,9 @@ def check_flags():
 def default_name():
     """--model_dir's folder name, or the name of --saved_model's model folder (a version folder's
     parent)."""
-    from keras_transformer.weights import exported_version_path
-
     path = os.path.normpath(os.path.abspath(FLAGS.model_dir or FLAGS.saved_model))
     if FLAGS.saved_model is not None and os.path.basename(path).isdigit() and \
-            exported_version_path(path) == path:
+            os.path.isfile(os.path.join(path, "saved_model.pb")):
         path = os.path.dirname(path)
     return os.path.basename(path)
 
