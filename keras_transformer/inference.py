@@ -378,8 +378,12 @@ class Translator(tf.Module):
 
 def cleaned_texts(texts):
     """tf.string [batch] as the model reads them: invalid UTF-8 replaced by U+FFFD, spaces
-    stripped."""
-    texts = tf.strings.unicode_transcode(tf.convert_to_tensor(texts, tf.string), "UTF-8", "UTF-8",
+    stripped. A ValueError if ``texts`` is not one batch of strings (one string is ``[text]``)."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    if texts.shape.rank not in (None, 1):  # static: free, and the signatures' specs know it
+        raise ValueError(f"texts: a batch of strings, shape [batch], got shape {texts.shape} "
+                         "(one sentence is [text]).")
+    texts = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8",
                                          errors="replace", replacement_char=0xFFFD)
     return tf.strings.strip(texts)
 
@@ -581,8 +585,6 @@ def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequen
     (sources, targets) to the dict of ``Translator.score_text`` (or the ``score`` signature of an
     exported SavedModel). One dict per pair, in input order: ``{"log_prob": float, "tokens": int,
     "nll_per_token": float, "truncated": bool}``."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: they must pair up.")
     results = [None] * len(sources)
     for indices, outputs in _length_sorted_batches(score_fn, [sources, targets], batch_size, progress):
         for row, index in enumerate(indices):
@@ -598,8 +600,6 @@ def align_in_batches(align_fn: Callable, sources: Sequence[str], targets: Sequen
     """``translate_in_batches`` for word alignments: ``align_fn`` maps two tf.string [batch]
     (sources, their translations) to the dict of ``Translator.align_text``. One
     ``word_alignment`` list per pair, in input order."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources but {len(targets)} targets: they must pair up.")
     results = [None] * len(sources)
     for indices, outputs in _length_sorted_batches(align_fn, [sources, targets], batch_size, progress):
         for row, index in enumerate(indices):
@@ -611,8 +611,16 @@ def align_in_batches(align_fn: Callable, sources: Sequence[str], targets: Sequen
 
 def _length_sorted_batches(fn, columns, batch_size, progress):
     """``(indices, outputs as NumPy)`` per batch of rows of similar length (little padding):
-    ``fn`` takes one tf.string [batch] per column of ``columns`` (equally long lists of strings),
-    and a row's length is that of its strings together."""
+    ``fn`` takes one tf.string [batch] per column of ``columns`` (equally long lists of strings:
+    the sentences, or the sources and the targets), and a row's length is that of its strings
+    together."""
+    names = ["sentences"] if len(columns) == 1 else ["sources", "targets"]
+    for name, column in zip(names, columns):
+        if isinstance(column, (str, bytes)):  # would be read as one sentence per character
+            raise ValueError(f"{name}: a list of strings, not one string (one sentence: [sentence]).")
+    if len(columns) == 2 and len(columns[0]) != len(columns[1]):
+        raise ValueError(f"{len(columns[0])} sources but {len(columns[1])} targets: they must "
+                         "pair up.")
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}.")
     order = sorted(range(len(columns[0])), key=lambda i: sum(len(column[i]) for column in columns))

@@ -336,6 +336,9 @@ def load_ensemble(model_dirs: Sequence[str], checkpoints: Optional[Sequence[Opti
     lists the prefixes restored, its ``data_config`` is the first run's."""
     from keras_transformer.inference import ensemble
 
+    if isinstance(model_dirs, str):  # would be one run per character
+        raise ValueError(f"model_dirs={model_dirs!r}: a list of run folders, not one string "
+                         "(one run: load_translator).")
     checkpoints = list(checkpoints) if checkpoints is not None else [None] * len(model_dirs)
     members = [load_translator(model_dir, checkpoint, decoding_config, vocab_path)
                for model_dir, checkpoint in zip(model_dirs, checkpoints)]

@@ -84,6 +84,8 @@ class SubwordTokenizer(tf.Module):
         """
         import sentencepiece as spm
 
+        if isinstance(texts, (str, bytes)):  # would be one sentence per character
+            raise ValueError("texts: an iterable of sentences, not one string.")
         if vocab_size % 8 or vocab_size < 264:
             raise ValueError(
                 f"vocab_size={vocab_size}: must be a multiple of 8 and at least 264 "

@@ -161,6 +161,29 @@ def test_batches_sorted_by_length_come_back_in_input_order(translator):
     assert sum(seen) == len(sentences)
 
 
+def test_one_string_where_a_batch_is_expected_is_refused_not_read_per_character(translator):
+    # A str is a sequence of characters: read as a batch, each character would be a sentence.
+    score = translator.score_function()
+    for call, message in (
+            (lambda: translator.translate_text("Yes."), r"texts: a batch of strings, shape \[batch\], "
+                                                       r"got shape \(\)"),
+            (lambda: translator.translate_text([["Yes.", "No."]]), r"got shape \(1, 2\)"),
+            (lambda: translator.score_text("Yes.", ["Ja."]), r"got shape \(\)"),
+            (lambda: translate_in_batches(translator.text_function(), "Yes."),
+             r"sentences: a list of strings, not one string"),
+            (lambda: inference.score_in_batches(score, "Yes", "Ja."),  # equally long: no count
+             r"sources: a list of strings, not one string"),
+            (lambda: inference.align_in_batches(translator.align_function(), ["Yes."], "Ja."),
+             r"targets: a list of strings, not one string")):
+        with pytest.raises(ValueError, match=message):
+            call()
+    with pytest.raises(ValueError, match="texts: an iterable of sentences, not one string"):
+        SubwordTokenizer.learn("Yes. No.", 264)
+    # a batch of one is answered as before
+    assert translate_in_batches(translator.text_function(), ["Yes."])[0]["translation"] == \
+        np.asarray(translator.translate_text(tf.constant(["Yes."]))["translations"])[0].decode()
+
+
 def test_mismatched_tokenizer_is_refused(translator):
     model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=400))
     with pytest.raises(ValueError, match="the tokenizer has 320 ids but the model's vocabulary has 400"):

@@ -188,3 +188,9 @@ def test_a_folder_is_its_checkpoint_and_a_relative_name_is_also_looked_for_in_th
         f"checkpoint={copy!r} is a directory with several checkpoints and no 'checkpoint' index "
         "file naming one (ckpt-10, ckpt-9, other): pass one of them.")
     assert first == os.path.join(run, "ckpt-1")
+
+
+def test_an_ensemble_of_one_string_is_refused_not_read_per_character():
+    with pytest.raises(ValueError, match=r"model_dirs='runs/a': a list of run folders, not one "
+                                         r"string \(one run: load_translator\)"):
+        runs.load_ensemble("runs/a")
