@@ -6,7 +6,11 @@ preset value: it comes from the tokenizer at run time.
 """
 
 import dataclasses
+import math
+import numbers
 from typing import Optional
+
+import numpy as np
 
 POSITIONAL_KINDS = ("sinusoidal", "learned")
 
@@ -27,10 +31,37 @@ PRESETS = {
 
 # What a field's value must be: (test, the end of the sentence "<field> ..." when it fails). The
 # checks of one field alone, so that a program can name the one setting that is wrong.
-POSITIVE_INTEGER = (lambda value: not isinstance(value, bool) and isinstance(value, int)
-                    and value > 0, "must be a positive integer")
-PROBABILITY = (lambda value: not isinstance(value, bool) and isinstance(value, (int, float))
-               and 0.0 <= value < 1.0, "must be in [0, 1)")
+# The kinds of value every config's checks accept (this one's, DataConfig's, TrainingConfig's,
+# the decoding's), NumPy's scalars among them: a setting read from an array is no error.
+def is_integer(value) -> bool:
+    """An int or a NumPy integer, not a bool (True is an int to Python)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral)
+
+
+def is_number(value) -> bool:
+    """A finite int or float (or NumPy's), not a bool."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+
+
+def is_boolean(value) -> bool:
+    """True or False (or NumPy's), not a string such as "False", which Python reads as true."""
+    return isinstance(value, (bool, np.bool_))
+
+
+def as_python_scalars(config) -> None:
+    """Replaces a frozen dataclass's NumPy scalars by Python's: config.json and ``get_config()``
+    record them, and JSON knows no NumPy type."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, np.generic):
+            object.__setattr__(config, field.name, value.item())
+
+
+POSITIVE_INTEGER = (lambda value: is_integer(value) and value > 0, "must be a positive integer")
+INDEX = (lambda value: is_integer(value) and value >= 0, "must be an integer >= 0")
+PROBABILITY = (lambda value: is_number(value) and 0.0 <= value < 1.0, "must be in [0, 1)")
+POSITIVE_NUMBER = (lambda value: is_number(value) and value > 0, "must be a positive number")
+BOOLEAN = (is_boolean, "must be True or False")
 POSITIONAL = (lambda value: value in POSITIONAL_KINDS, f"must be one of {POSITIONAL_KINDS}")
 
 
@@ -83,14 +114,15 @@ class TransformerConfig:
         PROBABILITY)
     max_length: int = _field(256, "Longest sequence in tokens (the learned positions' count).",
                              POSITIVE_INTEGER)
-    norm_first: bool = _field(False, "Pre-LN instead of the paper's post-LN.")
+    norm_first: bool = _field(False, "Pre-LN instead of the paper's post-LN.", BOOLEAN)
     positional: str = _field("sinusoidal", "Table 3 row (E).", POSITIONAL)
-    share_embeddings: bool = _field(True, "Tie embeddings and pre-softmax weights (3.4).")
+    share_embeddings: bool = _field(True, "Tie embeddings and pre-softmax weights (3.4).", BOOLEAN)
     target_vocab_size: Optional[int] = _field(
         None, "The target side's own vocabulary size (None: one joint vocabulary).",
         POSITIVE_INTEGER)
-    layer_norm_epsilon: float = _field(1e-6, "Epsilon of every layer normalisation.")
-    pad_id: int = _field(0, "The padding token's id, in every vocabulary.")
+    layer_norm_epsilon: float = _field(1e-6, "Epsilon of every layer normalisation.",
+                                       POSITIVE_NUMBER)
+    pad_id: int = _field(0, "The padding token's id, in every vocabulary.", INDEX)
 
     @classmethod
     def field_problem(cls, name: str, value) -> Optional[str]:
@@ -105,20 +137,22 @@ class TransformerConfig:
         return None if test(value) else problem
 
     def __post_init__(self):
-        if self.d_k is None or self.d_v is None:
-            if self.num_heads > 0 and self.d_model % self.num_heads:
-                raise ValueError(
-                    f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
-                    "choose another num_heads or set d_k and d_v explicitly (Table 3 rows A/B)."
-                )
-            default = self.d_model // self.num_heads if self.num_heads > 0 else 0
-            object.__setattr__(self, "d_k", self.d_k if self.d_k is not None else default)
-            object.__setattr__(self, "d_v", self.d_v if self.d_v is not None else default)
+        # Each field alone first, so that the checks between fields compare numbers.
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             problem = self.field_problem(field.name, value)
             if problem is not None:
                 raise ValueError(f"TransformerConfig.{field.name} {problem}, got {value!r}.")
+        as_python_scalars(self)
+        if self.d_k is None or self.d_v is None:
+            if self.d_model % self.num_heads:
+                raise ValueError(
+                    f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
+                    "choose another num_heads or set d_k and d_v explicitly (Table 3 rows A/B)."
+                )
+            default = self.d_model // self.num_heads
+            object.__setattr__(self, "d_k", self.d_k if self.d_k is not None else default)
+            object.__setattr__(self, "d_v", self.d_v if self.d_v is not None else default)
         if not 0 <= self.pad_id < min(self.vocab_size, self.target_vocab_size or self.vocab_size):
             raise ValueError(f"TransformerConfig.pad_id={self.pad_id} is outside the vocabulary.")
 

@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import decoding
+from keras_transformer.config import as_python_scalars, is_integer, is_number
 from keras_transformer.weights import exported_version_path
 
 
@@ -55,11 +56,12 @@ class DecodingConfig:
     extra_length: int = 50
 
     def __post_init__(self):
-        if not isinstance(self.beam_size, int) or self.beam_size < 1:
+        as_python_scalars(self)
+        if not is_integer(self.beam_size) or self.beam_size < 1:
             raise ValueError(f"beam_size must be a positive integer, got {self.beam_size!r}.")
-        if not isinstance(self.extra_length, int) or self.extra_length < 1:
+        if not is_integer(self.extra_length) or self.extra_length < 1:
             raise ValueError(f"extra_length must be a positive integer, got {self.extra_length!r}.")
-        if not (isinstance(self.alpha, (int, float)) and 0 <= self.alpha < float("inf")):
+        if not (is_number(self.alpha) and self.alpha >= 0):
             raise ValueError(f"alpha must be a finite number >= 0, got {self.alpha!r}.")
 
 
@@ -76,14 +78,14 @@ class SamplingConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+        if not is_integer(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0: every token), got {self.top_k!r}.")
-        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
+        if not (is_number(self.top_p) and 0 < self.top_p <= 1):
             raise ValueError(f"top_p must be a number in (0, 1] (1: no nucleus cut), got "
                              f"{self.top_p!r}.")
-        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < float("inf")):
+        if not (is_number(self.temperature) and self.temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}.")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+        if not is_integer(self.seed):
             raise ValueError(f"seed must be an integer, got {self.seed!r}.")
 
 

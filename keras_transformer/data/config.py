@@ -9,6 +9,8 @@ import hashlib
 import os
 from typing import Optional
 
+from keras_transformer.config import as_python_scalars, is_boolean, is_integer, is_number
+
 # The paper's WMT 2014 pairs (English is the source): our name -> (its TFDS name, the target
 # language). data/wmt.py reads them through TFDS.
 WMT14 = {
@@ -27,6 +29,13 @@ DATASETS = WMT14_DATASETS + OFFLINE_DATASETS + (FILES_DATASET,)
 # Sennrich & Zhang 2019; the main job chooses its size by measurement).
 DEFAULT_VOCAB_SIZES = dict.fromkeys(WMT14_DATASETS, 37000)
 DEFAULT_VOCAB_SIZE = 8000
+
+
+# What a field of each type must hold (None too where None is the default).
+_KINDS = {str: (lambda value: isinstance(value, str), "a string"),
+          Optional[str]: (lambda value: isinstance(value, str), "a string"),
+          int: (is_integer, "an integer"), Optional[int]: (is_integer, "an integer"),
+          float: (is_number, "a finite number"), bool: (is_boolean, "True or False")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +71,19 @@ class DataConfig:
     seed: int = 1
 
     def __post_init__(self):
+        # The kinds first, so that the checks below compare numbers (a message starts with its
+        # field: the programs name it as their flag).
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None and field.default is None:
+                continue
+            if isinstance(value, os.PathLike):  # a pathlib.Path: recorded as the path it names
+                value = os.fspath(value)
+                object.__setattr__(self, field.name, value)
+            test, what = _KINDS[field.type]
+            if not test(value):
+                raise ValueError(f"{field.name}={value!r}: must be {what}.")
+        as_python_scalars(self)
         if self.dataset not in DATASETS:
             raise ValueError(
                 f"dataset={self.dataset!r}: unknown; choose one of {', '.join(DATASETS)}."

@@ -25,7 +25,8 @@ from typing import Callable, Optional, Sequence
 import tensorflow as tf
 
 from keras_transformer import runs, signals, writing
-from keras_transformer.config import TransformerConfig
+from keras_transformer.config import (TransformerConfig, as_python_scalars, is_boolean,
+                                      is_integer, is_number)
 from keras_transformer.training.callbacks import Callback
 from keras_transformer.training.checkpoints import (TRAINING_SECONDS, Checkpointer, average_run,
                                                     holds_training_seconds,
@@ -110,13 +111,13 @@ class TrainingConfig:
             value = getattr(self, name)
             if value is None and optional:
                 return
-            kind = int if integer else (int, float)
-            if isinstance(value, bool) or not isinstance(value, kind) or not value > 0:
+            if not (is_integer(value) if integer else is_number(value)) or not value > 0:
                 raise ValueError(f"TrainingConfig.{name} must be a positive "
                                  f"{'integer' if integer else 'number'}, got {value!r}.")
 
         if not self.model_dir:
             raise ValueError("TrainingConfig.model_dir must be a directory path.")
+        as_python_scalars(self)
         positive("train_steps", optional=True)
         positive("train_minutes", integer=False, optional=True)
         if self.train_steps is None and self.train_minutes is None:
@@ -127,6 +128,9 @@ class TrainingConfig:
         positive("checkpoint_every_steps", optional=True)
         positive("checkpoint_every_minutes", integer=False, optional=True)
         positive("dev_every_steps", optional=True)
+        if not is_boolean(self.jit_compile):
+            raise ValueError(f"TrainingConfig.jit_compile must be True or False, got "
+                             f"{self.jit_compile!r}.")
         if self.mixed_precision not in PRECISION_POLICIES:
             raise ValueError(f"mixed_precision must be one of {sorted(PRECISION_POLICIES)}, "
                              f"got {self.mixed_precision!r}.")
@@ -142,9 +146,8 @@ class TrainingConfig:
         elif self.early_stopping_metric not in METRICS:
             raise ValueError(f"early_stopping_metric must be one of {sorted(METRICS)}, got "
                              f"{self.early_stopping_metric!r}.")
-        if self.ema_decay is not None and (
-                isinstance(self.ema_decay, bool) or not isinstance(self.ema_decay, (int, float))
-                or not 0.0 < self.ema_decay < 1.0):
+        if self.ema_decay is not None and not (is_number(self.ema_decay)
+                                               and 0.0 < self.ema_decay < 1.0):
             raise ValueError(f"ema_decay must be a number in (0, 1), e.g. 0.999, got "
                              f"{self.ema_decay!r}.")
         if self.init_from is not None and not self.init_from:
