@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer import runs
 from keras_transformer.training import strategy
 
 
@@ -59,11 +60,13 @@ def test_a_training_run_s_start_line_carries_the_note(monkeypatch, tmp_path):
     train_run(data_config, TrainingConfig(model_dir=str(tmp_path / "run"), train_steps=1,
                                           warmup_steps=1, mixed_precision="bfloat16",
                                           checkpoint_every_minutes=None),
-              preset="tiny", model_overrides=dict(max_length=17), dev_bleu_sentences=0,
-              log=lines.append)
+              preset="tiny", dev_bleu_sentences=0, log=lines.append)
     start = next(line for line in lines if " preset=tiny " in line)  # after the data's lines
     assert f"precision=bfloat16{strategy.precision_note('bfloat16')}, " in start, start
     assert "no faster than float32" in start
+    # without a max_length of its own, the model has the positions of the data's longest
+    # examples (16 subwords and EOS, after BOS), not the preset's 64
+    assert runs.read_config(str(tmp_path / "run"))["model"]["max_length"] == 17
 
 
 def test_multi_device_input_runs_without_autotune_inside_the_context_only(monkeypatch):

@@ -744,3 +744,26 @@ def test_checkpoint_paths_of_a_relative_model_dir_exist(tmp_path, monkeypatch):
     paths = checkpoint_paths(os.path.join("runs", "x"))
     assert [os.path.basename(p) for p in paths] == ["ckpt-1", "ckpt-2"]
     assert all(os.path.exists(p + ".index") for p in paths)
+
+
+def test_the_model_settings_are_checked_before_the_vocabulary_is_learned(tmp_path):
+    from keras_transformer import data
+    from keras_transformer.training import TrainingConfig
+    from keras_transformer.training.run import train_run
+
+    (tmp_path / "train.tsv").write_text("a house\tein Haus\n" * 200, encoding="utf-8")
+    data_config = data.DataConfig(dataset="files", train_data=str(tmp_path / "train.tsv"),
+                                  data_dir=str(tmp_path / "data"), vocab_size=296, max_length=16)
+    training = TrainingConfig(model_dir=str(tmp_path / "run"), train_steps=1)
+    for preset, overrides, message in (
+            ("tiny", dict(max_length=16), r"max_length=16: the data's longest examples need 17 "
+                                          r"positions, the model has 16; pass "
+                                          r"model_overrides=\{'max_length': 17\}"),
+            ("tiny", dict(vocab_size=296), "model_overrides sets vocab_size: the vocabulary is "
+                                           "the tokenizer's"),
+            ("huge", None, "Unknown preset 'huge'"),
+            ("tiny", dict(d_model=30), "d_model=30 is not divisible by num_heads=4")):
+        with pytest.raises(ValueError, match=message):
+            train_run(data_config, training, preset=preset, model_overrides=overrides,
+                      dev_bleu_sentences=0, log=lambda line: None)
+    assert sorted(os.listdir(tmp_path)) == ["train.tsv"]  # no vocabulary, no run folder

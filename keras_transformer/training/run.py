@@ -35,13 +35,16 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
               strategy: Optional[tf.distribute.Strategy] = None, dev_bleu_sentences: int = 200,
               keep_best_bleu: bool = False, log: Callable[[str], None] = print,
               run_info: Optional[dict] = None, callbacks: Sequence[Callback] = ()) -> dict:
-    """Trains the ``preset`` model (with ``model_overrides`` of its TransformerConfig fields) on
-    ``data_config`` as ``training_config`` says; returns the summary (also in
+    """Trains the ``preset`` model (with ``model_overrides`` of its TransformerConfig fields; its
+    ``max_length`` is the data's longest example's unless they give it) on ``data_config`` as
+    ``training_config`` says; returns the summary (also in
     ``model_dir/summary.json``). ``log`` receives the start line and the progress lines.
     ``callbacks`` run after the dev BLEU's and before the progress line's (e.g. the export of
-    the best dev BLEU, ``export.ExportBest``). Data errors are ValueErrors naming the file, flag
-    or split."""
+    the best dev BLEU, ``export.ExportBest``). Data errors are ValueErrors naming the file, field
+    or split (a file that does not exist: FileNotFoundError)."""
     strategy = strategy or tf.distribute.get_strategy()
+    # The model settings first: a typo costs a second, not a vocabulary learned in vain.
+    _model_config(preset, model_overrides, data_config.effective_vocab_size, data_config)
     runs.check_data(training_config.model_dir, data_config)
     init_from.check_resumed(training_config.model_dir, training_config.init_from)
     tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
@@ -72,8 +75,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
                              + ("a dev set (dev_data)" if dev_fn is None
                                 else "dev_bleu_sentences > 0") + ".")
 
-    model_config = TransformerConfig.from_preset(preset, vocab_size=tokenizer.vocab_size,
-                                                 **(model_overrides or {}))
+    model_config = _model_config(preset, model_overrides, tokenizer.vocab_size, data_config)
     info = {"data": dataclasses.asdict(data_config), "vocab_path": tokenizer.path,
             "preset": preset, "dev_bleu_sentences": dev_bleu_sentences, **(run_info or {})}
     if init_info:
@@ -105,6 +107,27 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     if chief:
         log(timestamped(f"TensorBoard: {tensorboard_command(model_dir)}"))
     return trainer.fit(train_fn, dev_fn, callbacks)
+
+
+def _model_config(preset, model_overrides, vocab_size, data_config) -> TransformerConfig:
+    """The ``preset`` model with ``model_overrides`` for a vocabulary of ``vocab_size``, with as
+    many positions as the data's longest examples have tokens unless the overrides say how many
+    (as the programs' --max_length); a ValueError if the overrides set what the data decides or
+    give fewer positions."""
+    overrides = dict(model_overrides or {})
+    for name in ("vocab_size", "target_vocab_size"):
+        if name in overrides:
+            raise ValueError(f"model_overrides sets {name}: the vocabulary is the tokenizer's "
+                             "(DataConfig.vocab_size sets its size).")
+    # An example is at most max_length subwords and EOS, and the decoder reads BOS before them.
+    overrides.setdefault("max_length", data_config.max_length + 1)
+    config = TransformerConfig.from_preset(preset, vocab_size=vocab_size, **overrides)
+    if config.max_length < data_config.max_length + 1:
+        raise ValueError(f"max_length={data_config.max_length}: the data's longest examples need "
+                         f"{data_config.max_length + 1} positions, the model has "
+                         f"{config.max_length}; pass model_overrides={{'max_length': "
+                         f"{data_config.max_length + 1}}}, or a smaller DataConfig.max_length.")
+    return config
 
 
 def run_vocabulary(data_config: data.DataConfig, model_dir: Optional[str],
