@@ -190,3 +190,59 @@ def test_config_round_trip():
 def test_heads_must_divide_d_model():
     with pytest.raises(ValueError, match="d_model=30 is not divisible by num_heads=4"):
         MultiHeadAttention(num_heads=4, d_model=30)
+
+
+def keras_shaped_masks():
+    """Keras's [batch, T, S] mask with batch == heads, where a mask broadcast without a heads
+    axis would still fit the scores, only along the wrong axes; and the same mask as an int
+    0/1 array, as a [batch, 1, T, S] one, and as a float64 score bias."""
+    allowed = RNG.random((4, 5, 6)) < 0.6
+    allowed[..., 0] = True  # a row with every key masked would make both layers' outputs noise
+    bias = np.where(allowed, 0.0, -1e9)[:, None]
+    return allowed, {"bool": allowed, "int": allowed.astype("int32"),
+                     "int with heads axis": allowed[:, None].astype("int32"), "float64 bias": bias}
+
+
+@pytest.mark.parametrize("form", ["bool", "int", "int with heads axis", "float64 bias"])
+def test_keras_shaped_and_int_masks_equal_keras(form):
+    ours = MultiHeadAttention(num_heads=4, d_model=32)
+    query = RNG.normal(size=(4, 5, 32)).astype("float32")
+    memory = RNG.normal(size=(4, 6, 32)).astype("float32")
+    allowed, masks = keras_shaped_masks()
+    ours_out, ours_weights = ours(query, memory, attention_mask=masks[form],
+                                  return_attention_weights=True)
+    theirs = keras.layers.MultiHeadAttention(num_heads=4, key_dim=ours.d_k)
+    theirs.build(query.shape, memory.shape)
+    copy_into_keras_attention(ours, theirs)
+    theirs_out, theirs_weights = theirs(query, memory, attention_mask=allowed,
+                                        return_attention_scores=True)
+    np.testing.assert_allclose(ours_out, theirs_out, atol=1e-5)
+    np.testing.assert_allclose(ours_weights, theirs_weights, atol=1e-6)
+
+
+def test_a_key_padding_mask_masks_keys_of_each_sentence():
+    """[batch, S], the Keras mask of a padded sequence, with batch == query length (where it
+    would broadcast over the queries instead): the same as padding_mask's [batch, 1, 1, S]."""
+    layer = MultiHeadAttention(num_heads=2, d_model=16)
+    query = RNG.normal(size=(3, 3, 16)).astype("float32")
+    memory = RNG.normal(size=(3, 4, 16)).astype("float32")
+    ids = np.array([[3, 4, 5, 6], [3, 4, 0, 0], [3, 0, 0, 0]])
+    np.testing.assert_allclose(layer(query, memory, attention_mask=ids != 0),
+                               layer(query, memory, attention_mask=padding_mask(ids)), atol=1e-6)
+
+
+def test_a_mask_of_too_many_axes_is_refused():
+    layer = MultiHeadAttention(num_heads=2, d_model=16)
+    x = np.ones((2, 3, 16), "float32")
+    with pytest.raises(ValueError, match=r"attention_mask must have shape .*got shape \(2, 1, 1, 3, 3\)"):
+        layer(x, attention_mask=np.ones((2, 1, 1, 3, 3), bool))
+
+
+@pytest.mark.parametrize("arguments,message", [
+    (dict(num_heads=0, d_model=32), "num_heads must be a positive integer; got 0"),
+    (dict(num_heads=-4, d_model=32), "num_heads must be a positive integer; got -4"),
+    (dict(num_heads=4, d_model=32, d_k=0), "d_k must be a positive integer; got 0"),
+])
+def test_sizes_must_be_positive_integers(arguments, message):
+    with pytest.raises(ValueError, match=message):
+        MultiHeadAttention(**arguments)

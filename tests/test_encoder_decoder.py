@@ -9,7 +9,7 @@ import pytest
 keras_hub = pytest.importorskip("keras_hub", reason="keras-hub (keras-nlp) needs Python >= 3.11")
 
 from keras_transformer.layers import (Decoder, DecoderLayer, Encoder, EncoderLayer, padding_mask)
-from keras_transformer.layers.masks import decoder_self_attention_mask
+from keras_transformer.layers.masks import decoder_self_attention_mask, look_ahead_mask
 from test_attention import copy_into_keras_attention
 
 RNG = np.random.default_rng(1)
@@ -88,3 +88,56 @@ def test_decoder_layerdrop_round_trips_its_config():
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(stack))
     assert isinstance(restored, Decoder) and restored.get_config() == config
     assert Decoder(num_layers=1, layer_config=kwargs).get_config()["layerdrop"] == 0.0
+
+
+def keras_hub_decoder_like(ours):
+    theirs = keras_hub.layers.TransformerDecoder(D_FF, HEADS, layer_norm_epsilon=EPS)
+    theirs.build((None, None, D_MODEL), (None, None, D_MODEL))
+    copy_into_keras_attention(ours.self_attention, theirs._self_attention_layer)
+    copy_into_keras_attention(ours.cross_attention, theirs._cross_attention_layer)
+    copy_feed_forward_and_norms(ours, theirs, [("self_attention_norm", "_self_attention_layer_norm"),
+                                               ("cross_attention_norm", "_cross_attention_layer_norm"),
+                                               ("feed_forward_norm", "_feedforward_layer_norm")])
+    return theirs
+
+
+def test_decoder_layer_without_masks_equals_keras_hub():
+    ours = DecoderLayer(D_MODEL, HEADS, D_FF, layer_norm_epsilon=EPS)
+    x = RNG.normal(size=(2, 5, D_MODEL)).astype("float32")
+    memory = RNG.normal(size=(2, 6, D_MODEL)).astype("float32")
+    ours_out = np.asarray(ours(x, memory))
+    theirs = keras_hub_decoder_like(ours)
+    np.testing.assert_allclose(ours_out, theirs(x, memory, use_causal_mask=False), atol=1e-4)
+    stack = Decoder(2, dict(d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF))
+    assert stack(x, memory).shape == x.shape
+
+
+def test_a_keras_masked_memory_masks_its_padding_as_keras_hub_does():
+    """Keras fills memory_mask with the memory's Keras mask, [batch, S]: a key padding mask,
+    as keras-hub reads its encoder_sequence's. Batch == target length, where that mask
+    broadcast as it is would fit the scores along the wrong axis."""
+    ours = DecoderLayer(D_MODEL, HEADS, D_FF, layer_norm_epsilon=EPS)
+    embedding = keras.layers.Embedding(12, D_MODEL, mask_zero=True)
+    source_ids = np.array([[5, 6, 7, 8], [5, 6, 0, 0], [5, 0, 0, 0]])
+    memory = embedding(source_ids)
+    x = RNG.normal(size=(3, 3, D_MODEL)).astype("float32")
+    causal = look_ahead_mask(3)
+    ours_out = np.asarray(ours(x, memory, self_attention_mask=causal))
+    theirs = keras_hub_decoder_like(ours)
+    np.testing.assert_allclose(ours_out, theirs(x, memory), atol=1e-4)
+    explicit = ours(x, embedding.call(source_ids), self_attention_mask=causal,
+                    memory_mask=padding_mask(source_ids))
+    np.testing.assert_allclose(ours_out, explicit, atol=1e-6)
+
+
+def test_a_functional_decoder_takes_the_memory_mask_from_keras():
+    stack = Decoder(2, dict(d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF, dropout_rate=0.0))
+    embedding = keras.layers.Embedding(12, D_MODEL, mask_zero=True)
+    x_in = keras.Input((None, D_MODEL))
+    ids_in = keras.Input((None,), dtype="int32")
+    functional = keras.Model([x_in, ids_in], stack(x_in, embedding(ids_in)))
+    source_ids = np.array([[5, 6, 7, 8], [5, 6, 0, 0]])
+    x = RNG.normal(size=(2, 3, D_MODEL)).astype("float32")
+    np.testing.assert_allclose(
+        functional([x, source_ids]),
+        stack(x, embedding.call(source_ids), memory_mask=padding_mask(source_ids)), atol=1e-6)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from keras_transformer.layers.dropout import Dropout
-from keras_transformer.layers.encoder import Encoder
+from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.sublayers import sublayer_connection
 
 RNG = np.random.default_rng(3)
@@ -59,3 +59,22 @@ def test_the_stack_ends_with_a_layer_norm_only_with_pre_ln(norm_first):
     stack.build((None, None, 8))
     assert (stack.final_norm is not None) == norm_first
     assert [layer.name for layer in stack.layers] == ["layer_0", "layer_1"]
+
+
+def test_layer_config_left_out_keys_take_the_layers_defaults():
+    """The stack's config is then the full one its layers use, and round-trips."""
+    stack = Encoder(num_layers=2, layer_config=dict(d_model=8, num_heads=2, d_ff=16))
+    layer_config = {k: v for k, v in EncoderLayer(8, 2, 16).get_config().items()
+                    if k in stack.layer_config}
+    assert stack.layer_config == layer_config and len(layer_config) == 10
+    assert stack.final_norm is None  # norm_first's default: the paper's post-LN
+    assert Encoder.from_config(stack.get_config()).get_config() == stack.get_config()
+
+
+@pytest.mark.parametrize("layer_config,message", [
+    (dict(d_model=8, num_heads=2, d_ff=16, norm_frist=True), r"unknown keys \['norm_frist'\]"),
+    (dict(d_model=8, num_heads=2), r"layer_config has no \['d_ff'\]"),
+])
+def test_layer_config_names_a_wrong_or_missing_key(layer_config, message):
+    with pytest.raises(ValueError, match=message):
+        Encoder(num_layers=2, layer_config=layer_config)

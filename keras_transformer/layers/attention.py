@@ -1,6 +1,7 @@
 """Scaled dot-product attention (Eq. 1) and multi-head attention (section 3.2.2)."""
 
 import math
+import numbers
 
 import keras
 import numpy as np
@@ -21,8 +22,9 @@ def scaled_dot_product_attention(query, key, value, mask=None, weights_dropout=N
 
     Args:
       query: [..., query_length, d_k]. key: [..., key_length, d_k]. value: [..., key_length, d_v].
-      mask: optional, broadcastable to [..., query_length, key_length]: bool (True = may attend),
-        or float32 added to the scores (``score_bias``: 0 where allowed, very negative elsewhere).
+      mask: optional, broadcastable to [..., query_length, key_length]: bool or integer (True or
+        nonzero = may attend), or float added to the scores (``score_bias``: 0 where allowed,
+        very negative elsewhere; not Keras's float 1/0).
       weights_dropout: optional callable applied to the attention weights before they weight the
         values (attention dropout; the paper's base model does not use it).
       query_scaled: ``query`` is already divided by sqrt(d_k) (``MultiHeadAttention`` folds the
@@ -39,7 +41,8 @@ def scaled_dot_product_attention(query, key, value, mask=None, weights_dropout=N
     scores = ops.cast(scores, "float32")
     if mask is not None:
         # An addition rather than a select: no second pass in the backward pass.
-        scores = scores + (score_bias(mask) if mask.dtype == tf.bool else mask)
+        mask = tf.convert_to_tensor(mask)
+        scores = scores + (ops.cast(mask, "float32") if mask.dtype.is_floating else score_bias(mask))
     # tf.nn.softmax, not keras.ops.softmax: the first step of cached decoding attends over one
     # key, and Keras warns about every softmax over an axis of size 1 (correct here: weight 1).
     weights = ops.cast(tf.nn.softmax(scores, axis=-1), value.dtype)
@@ -49,11 +52,31 @@ def scaled_dot_product_attention(query, key, value, mask=None, weights_dropout=N
 
 
 def score_bias(mask):
-    """A bool attention mask (True = may attend) as float32 to add to the scores: 0 where allowed,
-    ``_MASKED_SCORE`` elsewhere. Computed on the mask's own shape (one row per sentence, not per
-    head). A row whose keys are all masked gets scores of about ``_MASKED_SCORE`` everywhere:
-    nearly uniform weights, no NaN."""
-    return tf.where(tf.convert_to_tensor(mask), 0.0, _MASKED_SCORE)
+    """A bool attention mask (True = may attend; an integer one: nonzero = may attend) as float32
+    to add to the scores: 0 where allowed, ``_MASKED_SCORE`` elsewhere. Computed on the mask's
+    own shape (one row per sentence, not per head). A row whose keys are all masked gets scores
+    of about ``_MASKED_SCORE`` everywhere: nearly uniform weights, no NaN."""
+    return tf.where(tf.cast(mask, tf.bool), 0.0, _MASKED_SCORE)
+
+
+def _per_head(mask):
+    """An attention mask in any of ``MultiHeadAttention``'s shapes as one that broadcasts against
+    the scores [batch, heads, query_length, key_length]: a heads axis is inserted in Keras's
+    [batch, query_length, key_length], and in a key padding mask [batch, key_length] (the Keras
+    mask of the keys' sequence, as ``Embedding(mask_zero=True)`` makes) a query axis too.
+    Broadcast as they are, both would meet the wrong axes of the scores."""
+    mask = tf.convert_to_tensor(mask)
+    rank = mask.shape.rank
+    if rank == 2:
+        return mask[:, None, None, :]
+    if rank == 3:
+        return mask[:, None]
+    if rank is not None and rank > 4:
+        raise ValueError(
+            "attention_mask must have shape [batch, 1 or heads, query_length, key_length], "
+            "[batch, query_length, key_length] (as keras.layers.MultiHeadAttention's) or "
+            f"[batch, key_length] (key padding); got shape {mask.shape}.")
+    return mask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -83,6 +106,12 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def __init__(self, num_heads, d_model, d_k=None, d_v=None, attention_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
+        # Else a zero or negative size fails only at call time, deep inside (a division by zero).
+        sizes = {"num_heads": num_heads, "d_model": d_model,
+                 **{name: size for name, size in (("d_k", d_k), ("d_v", d_v)) if size is not None}}
+        for name, size in sizes.items():
+            if not (isinstance(size, numbers.Integral) and size > 0):
+                raise ValueError(f"{name} must be a positive integer; got {size!r}.")
         if d_k is None or d_v is None:
             if d_model % num_heads:
                 raise ValueError(
@@ -154,17 +183,22 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _attend(self, q, key, value, attention_mask, training, query_scaled=True):
         return scaled_dot_product_attention(
-            q, key, value, attention_mask,
+            q, key, value, None if attention_mask is None else _per_head(attention_mask),
             weights_dropout=lambda w: self.weights_dropout(w, training=training),
             query_scaled=query_scaled)
 
     def call(self, query, key_value=None, attention_mask=None, training=None,
              return_attention_weights=False):
         """query [batch, query_length, d_model], key_value [batch, key_length, d_model] (None:
-        ``query``, self-attention), attention_mask bool broadcastable to [batch, heads,
-        query_length, key_length] -> outputs [batch, query_length, d_model]; with
+        ``query``, self-attention) -> outputs [batch, query_length, d_model]; with
         ``return_attention_weights`` also the weights [batch, heads, query_length, key_length]
-        (as Keras's ``return_attention_scores``)."""
+        (as Keras's ``return_attention_scores``).
+
+        attention_mask (optional): bool, True where a query may attend to a key (an integer
+        mask: nonzero), of shape [batch, 1 or heads, query_length, key_length] (any axis may be
+        1), Keras's [batch, query_length, key_length], or a key padding mask [batch,
+        key_length]. A float mask is not Keras's 1/0 but a bias added to the scores: 0 where
+        allowed, very negative (e.g. -1e9) where masked (``score_bias``)."""
         if key_value is None:  # Q, K and V of one input: one matmul
             q, key, value = self._project(query, (self.query_projection, self.key_projection,
                                                   self.value_projection), training)

@@ -38,7 +38,13 @@ class DecoderLayer(TransformerLayer):
         """Teacher forcing: x [batch, target_length, d_model], memory [batch, source_length, d_model],
         self_attention_mask [batch, 1, target_length, target_length] (look-ahead and padding),
         memory_mask [batch, 1, 1, source_length] -> x; with ``return_attention_weights`` (x,
-        {"self": [batch, heads, T, T], "cross": [batch, heads, T, S]})."""
+        {"self": [batch, heads, T, T], "cross": [batch, heads, T, S]}). The masks may have any
+        shape ``MultiHeadAttention`` takes.
+
+        As in ``keras.layers.MultiHeadAttention`` (``value_mask``), Keras fills a ``memory_mask``
+        left out with ``memory``'s Keras mask, the key padding mask [batch, source_length] of
+        e.g. ``Embedding(mask_zero=True)``. So pass the masks by keyword: a positional None
+        collides with what Keras fills in ("got multiple values for argument 'memory_mask'")."""
         weights = {}
         for name, key_value, mask in (("self_attention", None, self_attention_mask),
                                       ("cross_attention", memory, memory_mask)):
@@ -115,7 +121,8 @@ class Decoder(TransformerStack):
         ``return_attention_weights``."""
         weights = []
         for layer in self.layers:
-            output = layer(x, memory, self_attention_mask, memory_mask, training=training,
+            output = layer(x, memory, self_attention_mask=self_attention_mask,
+                           memory_mask=memory_mask, training=training,
                            return_attention_weights=return_attention_weights)
             if return_attention_weights:
                 output, layer_weights = output

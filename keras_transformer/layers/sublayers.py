@@ -1,6 +1,8 @@
 """What the encoder and decoder stacks share (section 3.1): the residual sub-layer connection,
 the per-layer hyper-parameters, and a stack of N identical layers."""
 
+import inspect
+
 import keras
 
 from keras_transformer.layers.attention import MultiHeadAttention
@@ -96,7 +98,8 @@ class TransformerStack(keras.layers.Layer):
 
     Args:
       num_layers: N (6 in the paper).
-      layer_config: the keyword arguments of each layer (``TransformerLayer``'s).
+      layer_config: the keyword arguments of each layer, ``TransformerLayer``'s: d_model,
+        num_heads and d_ff, and any of the others (those left out take their defaults).
       **kwargs: ``keras.layers.Layer`` arguments (``name``, ``dtype``).
     """
 
@@ -105,7 +108,7 @@ class TransformerStack(keras.layers.Layer):
     def __init__(self, num_layers, layer_config, **kwargs):
         super().__init__(**kwargs)
         self.num_layers = num_layers
-        self.layer_config = dict(layer_config)
+        self.layer_config = _full_layer_config(layer_config)
         self.layers = [self.layer_class(**self.layer_config, name=f"layer_{i}", dtype=self.dtype_policy)
                        for i in range(num_layers)]
         self.final_norm = (LayerNormalization(
@@ -127,3 +130,20 @@ class TransformerStack(keras.layers.Layer):
 
     def get_config(self):
         return {**super().get_config(), "num_layers": self.num_layers, "layer_config": self.layer_config}
+
+
+def _full_layer_config(layer_config):
+    """``layer_config`` with ``TransformerLayer``'s defaults for the keys it leaves out, the
+    stack's own config (its final LayerNorm reads two of them)."""
+    parameters = [p for p in inspect.signature(TransformerLayer.__init__).parameters.values()
+                  if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"]
+    names = [p.name for p in parameters]
+    required = [p.name for p in parameters if p.default is p.empty]
+    unknown = [key for key in layer_config if key not in names]
+    missing = [name for name in required if name not in layer_config]
+    if unknown or missing:
+        problems = ([f"unknown keys {unknown}"] if unknown else []) + (
+            [f"no {missing}"] if missing else [])
+        raise ValueError(f"layer_config has {' and '.join(problems)}; its keys are "
+                         f"TransformerLayer's arguments {names}, of which {required} are required.")
+    return {p.name: layer_config.get(p.name, p.default) for p in parameters}
