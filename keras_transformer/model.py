@@ -32,6 +32,13 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = TransformerConfig.from_dict(config)
+        if not isinstance(config, TransformerConfig):
+            # A preset has no vocabulary size (it comes from the tokenizer), so a name alone
+            # cannot make a model.
+            preset = (f" For a preset: Transformer(TransformerConfig.from_preset({config!r}, "
+                      "vocab_size=...))." if isinstance(config, str) else "")
+            raise TypeError("config must be a TransformerConfig or its to_dict(); got "
+                            f"{type(config).__name__} {config!r}.{preset}")
         self.config = config
         policy = self.dtype_policy
         d_model = config.d_model
@@ -112,6 +119,20 @@ class Transformer(keras.Model):
         ]):
             return tf.identity(ids)
 
+    def _checked_batch(self, target_input_ids, memory):
+        """``target_input_ids`` after checking it has one row per row of ``memory`` (of
+        ``source_ids``): attention would broadcast a single row over the other's batch."""
+        target_batch, source_batch = target_input_ids.shape[0], memory.shape[0]
+        message = "target_input_ids and source_ids must have the same batch size"
+        if target_batch is not None and source_batch is not None:
+            if target_batch != source_batch:
+                raise ValueError(f"{message}; got {target_batch} target rows for {source_batch} "
+                                 "source rows.")
+            return target_input_ids
+        with tf.control_dependencies([tf.debugging.assert_equal(
+                tf.shape(target_input_ids)[0], tf.shape(memory)[0], message=message)]):
+            return tf.identity(target_input_ids)
+
     # -- the forward pass --
 
     def _embed(self, ids, embedding, positions, start=0, training=None, word_dropout=None):
@@ -145,12 +166,13 @@ class Transformer(keras.Model):
         """Teacher-forced decoding up to the pre-softmax projection: the decoder stack's output
         [batch, target_length, d_model], which ``decode`` projects (the training step projects
         it inside its loss: ``training.loss.projected_loss_and_accuracy``)."""
-        target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
-                                             "target_input_ids")
+        target_input_ids = self._checked_batch(self._checked_ids(
+            target_input_ids, self.config.output_vocab_size, "target_input_ids"), memory)
         x = self._embed(target_input_ids, self.target_embedding, self.target_positions,
                         training=training, word_dropout=self.target_word_dropout)
         self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
-        return self.decoder(x, memory, self_mask, memory_mask, training=training)
+        return self.decoder(x, memory, self_attention_mask=self_mask, memory_mask=memory_mask,
+                            training=training)
 
     def call(self, inputs, training=None):
         source_ids, target_input_ids = inputs
@@ -162,14 +184,15 @@ class Transformer(keras.Model):
         ``{"encoder_self": [per layer: [batch, heads, S, S]], "decoder_self": [... [batch, heads, T, T]],
         "decoder_cross": [... [batch, heads, T, S]]}``."""
         source_ids = self._checked_ids(source_ids, self.config.vocab_size, "source_ids")
-        target_input_ids = self._checked_ids(target_input_ids, self.config.output_vocab_size,
-                                             "target_input_ids")
+        target_input_ids = self._checked_batch(self._checked_ids(
+            target_input_ids, self.config.output_vocab_size, "target_input_ids"), source_ids)
         memory_mask = masks.padding_mask(source_ids, self.config.pad_id)
         x = self._embed(source_ids, self.source_embedding, self.source_positions)
         memory, encoder_weights = self.encoder(x, padding_mask=memory_mask, return_attention_weights=True)
         y = self._embed(target_input_ids, self.target_embedding, self.target_positions)
         self_mask = masks.decoder_self_attention_mask(target_input_ids, self.config.pad_id)
-        _, decoder_weights = self.decoder(y, memory, self_mask, memory_mask, return_attention_weights=True)
+        _, decoder_weights = self.decoder(y, memory, self_attention_mask=self_mask,
+                                          memory_mask=memory_mask, return_attention_weights=True)
         return {"encoder_self": encoder_weights,
                 "decoder_self": [w["self"] for w in decoder_weights],
                 "decoder_cross": [w["cross"] for w in decoder_weights]}

@@ -346,3 +346,24 @@ def test_attention_weights_for_plots(model):
         assert np.all(np.asarray(w)[1, :, :, 3:] == 0)  # padded source keys of the second sentence
     for w in maps["decoder_self"]:
         assert np.all(np.triu(np.asarray(w)[0, 0], k=1) == 0)  # no attention to later positions
+
+
+def test_source_and_target_batches_must_match(model):
+    """Attention would broadcast a single target row over the source batch (or the reverse)."""
+    source, target = SOURCE, TARGET[:1]
+    message = "same batch size; got 1 target rows for 2 source rows"
+    with pytest.raises(ValueError, match=message):
+        model((source, target))
+    with pytest.raises(ValueError, match=message):
+        model.attention_weights(source, target)
+    unknown_batch = tf.TensorSpec([None, None], tf.int32)
+    call = tf.function(lambda s, t: model((s, t)), input_signature=[unknown_batch] * 2)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="target_input_ids and source_ids must have the same batch size"):
+        call(tf.constant(source, tf.int32), tf.constant(target, tf.int32))
+
+
+def test_a_preset_name_is_refused_with_the_way_to_make_one():
+    with pytest.raises(TypeError, match=r"got str 'base'\. For a preset: Transformer\("
+                                        r"TransformerConfig\.from_preset\('base', vocab_size="):
+        Transformer("base")
