@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from tensorflow_serving.apis import predict_pb2
 
 from keras_transformer.export import (CONFIG_ASSET, IDS_SIGNATURE, TEXT_SIGNATURE, VOCABULARY_ASSET,
-                                      export_for_serving, export_saved_model)
+                                      export_ctranslate2, export_for_serving, export_saved_model)
 from keras_transformer.export.saved_model import NBEST_SIGNATURE
 from keras_transformer.inference import load_exported_nbest_fn
 from test_inference import SENTENCES, SIGNATURE_FUNCTIONS, count_traces, small_translator
@@ -149,6 +149,17 @@ def test_existing_version_and_unwritable_target_are_clear_errors(exported, tmp_p
     blocker.write_text("not a folder")
     with pytest.raises(ValueError, match="cannot write .*file/model/1: Not a directory"):
         export_saved_model(translator, str(blocker / "model"))
+    # TF Serving loads numbered version folders only: another one would be an export nothing loads
+    for version in (-1, "latest", 1.5, True):
+        for export in (lambda: export_saved_model(translator, str(tmp_path / "m"), version=version),
+                       lambda: export_for_serving(translator, str(tmp_path), "m", version=version),
+                       lambda: export_ctranslate2(translator, str(tmp_path), "m", version=version)):
+            with pytest.raises(ValueError, match=re.escape(f"version={version!r}: a whole number >= 0")):
+                export()
+    for name in (None, "", "a/b", ".."):
+        with pytest.raises(ValueError, match=re.escape(f"name={name!r}: the model's folder name")):
+            export_for_serving(translator, str(tmp_path), name)
+    assert sorted(os.listdir(tmp_path)) == ["file"]  # nothing was written
 
 
 def write_old_export(path):

@@ -6,6 +6,7 @@ the refusal of non-finite weights."""
 import contextlib
 import dataclasses
 import json
+import numbers
 import os
 import re
 
@@ -136,3 +137,21 @@ def next_version(model_base_path):
         return 1
     versions = [int(name) for name in os.listdir(model_base_path) if re.fullmatch(r"\d+", name)]
     return max(versions, default=0) + 1
+
+
+def version_paths(export_dir, name, suffixes, version=None):
+    """``export_dir/<name><suffix>/<version>`` for each of ``suffixes``, one version number for
+    all: ``version`` or, by default, the next free one under every folder. A ValueError for a
+    ``name`` that is not one folder name or a ``version`` that is not a whole number >= 0, the
+    only version folders TF Serving (and its watcher of new versions) loads."""
+    if not isinstance(name, str) or not name.strip() or os.sep in name or name in (".", ".."):
+        raise ValueError(f"name={name!r}: the model's folder name under export_dir, e.g. "
+                         "'translator'.")
+    bases = [os.path.join(export_dir, name + suffix) for suffix in suffixes]
+    if version is None:
+        version = max(next_version(base) for base in bases)
+    elif isinstance(version, str) and version.isdigit():
+        version = int(version)
+    if isinstance(version, bool) or not isinstance(version, numbers.Integral) or version < 0:
+        raise ValueError(f"version={version!r}: a whole number >= 0 (a version folder's name).")
+    return [os.path.join(base, str(int(version))) for base in bases]

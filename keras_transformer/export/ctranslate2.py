@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from keras_transformer.export.common import (decoding_settings, next_version, staged_export,
+from keras_transformer.export.common import (decoding_settings, staged_export, version_paths,
                                              write_run_files)
 from keras_transformer.layers.embedding import positional_encoding
 
@@ -169,8 +169,7 @@ def write_ctranslate2(model, tokenizer, output_dir, extra_length=50, quantizatio
 def export_ctranslate2(translator, export_dir, name, version=None, quantization=None):
     """``EXPORTERS["ctranslate2"]``: writes ``export_dir/<name>_ctranslate2/<version>`` (default the
     next free version) from an ``inference.Translator`` and returns the path."""
-    base = os.path.join(export_dir, f"{name}_ctranslate2")
-    version = next_version(base) if version is None else int(version)
-    return write_ctranslate2(translator.model, translator.tokenizer, os.path.join(base, str(version)),
+    (target,) = version_paths(export_dir, name, ("_ctranslate2",), version)
+    return write_ctranslate2(translator.model, translator.tokenizer, target,
                              extra_length=translator.decoding.extra_length, quantization=quantization,
                              decoding_settings=decoding_settings(translator))

@@ -44,8 +44,8 @@ import os
 
 import tensorflow as tf
 
-from keras_transformer.export.common import (check_finite, export_settings, next_version,
-                                             staged_export, version_holding, write_run_files)
+from keras_transformer.export.common import (check_finite, export_settings, staged_export,
+                                             version_holding, version_paths, write_run_files)
 from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, SCORE_IDS_SIGNATURE,
                                          SCORE_SIGNATURE, TEXT_SIGNATURE)
 
@@ -54,9 +54,7 @@ def export_for_serving(translator, export_dir, name, version=None):
     """Writes ``export_dir/<name>/<version>`` (the text, n-best, score and ids signatures) and
     ``export_dir/<name>_ids/<version>`` (the ids signatures only) with one version number, by default the next free
     one; returns both paths. The two appear together or not at all."""
-    bases = [os.path.join(export_dir, name), os.path.join(export_dir, f"{name}_ids")]
-    version = max(next_version(base) for base in bases) if version is None else int(version)
-    targets = [os.path.join(base, str(version)) for base in bases]
+    targets = version_paths(export_dir, name, ("", "_ids"), version)
     check_finite(translator.model)
     traced = _traced_signatures(translator, text_signature=True)
     ids_only = {name: traced[name] for name in (IDS_SIGNATURE, SCORE_IDS_SIGNATURE)}
@@ -82,8 +80,7 @@ def export_saved_model(translator, model_base_path, version=None, text_signature
     that path. ``version`` defaults to the next free number. Without ``text_signature`` only the
     core-ops signatures are written, ``translate_ids`` (also serving as ``serving_default``) and
     ``score_ids``."""
-    version = next_version(model_base_path) if version is None else int(version)
-    target = os.path.join(model_base_path, str(version))
+    (target,) = version_paths(*os.path.split(os.path.normpath(model_base_path)), ("",), version)
     check_finite(translator.model)
     with staged_export([target]) as ((output, sources),):
         _write_saved_model(translator, _traced_signatures(translator, text_signature), output,
