@@ -122,6 +122,12 @@ class Translator(tf.Module):
         members = list(model) if isinstance(model, (list, tuple)) else [model]
         if not members:
             raise ValueError("an ensemble needs at least one model.")
+        if not hasattr(tokenizer, "vocab_size"):  # e.g. its path
+            raise TypeError(f"tokenizer: a SubwordTokenizer (SubwordTokenizer.load(path)), got "
+                            f"{tokenizer!r}.")
+        if not isinstance(decoding_config, DecodingConfig):
+            raise TypeError(f"decoding_config: a DecodingConfig (e.g. DecodingConfig(beam_size=4)), "
+                            f"got {decoding_config!r}.")
         for index, member in enumerate(members):
             whose = "the model's" if len(members) == 1 else f"ensemble member {index}'s"
             if tokenizer.vocab_size != member.config.output_vocab_size:
@@ -179,6 +185,13 @@ class Translator(tf.Module):
         """
         if greedy and sampling is not None:
             raise ValueError("search: greedy and sampling exclude each other; pass one.")
+        if sampling is not None and not isinstance(sampling, SamplingConfig):
+            raise TypeError(f"sampling: a SamplingConfig (e.g. SamplingConfig(top_k=10)), got "
+                            f"{sampling!r}.")
+        vocabulary = self.model.config.output_vocab_size
+        if any(not 0 <= i < vocabulary for i in banned_ids):
+            raise ValueError(f"banned_ids: ids of the target vocabulary, 0 to {vocabulary - 1}, "
+                             f"got {list(banned_ids)}.")
         pad_id, end_id = self.tokenizer.pad_id, self.tokenizer.end_id
         buffer = max_decode_length or self.max_decode_length
         if max_lengths is None:
@@ -186,7 +199,7 @@ class Translator(tf.Module):
             max_lengths = source_lengths + self.decoding.extra_length
         banned = tf.scatter_nd([[i] for i in (pad_id, self.tokenizer.start_id, *banned_ids)],
                                tf.fill([2 + len(banned_ids)], -1e9),
-                               [self.model.config.output_vocab_size])
+                               [vocabulary])
         xla = decoding.compiling_with_xla()
         fixed_length = None
         if incremental and xla:

@@ -184,6 +184,21 @@ def test_one_string_where_a_batch_is_expected_is_refused_not_read_per_character(
         np.asarray(translator.translate_text(tf.constant(["Yes."]))["translations"])[0].decode()
 
 
+def test_settings_of_the_wrong_kind_are_named_not_failed_on_deep_inside(translator):
+    for call, error, message in (
+            (lambda: Translator(translator.model, translator.tokenizer.path), TypeError,
+             r"tokenizer: a SubwordTokenizer \(SubwordTokenizer.load\(path\)\)"),
+            (lambda: Translator(translator.model, translator.tokenizer, {"beam_size": 4}),
+             TypeError, "decoding_config: a DecodingConfig"),
+            (lambda: translator.translate_text(tf.constant(["Yes."]), sampling=True), TypeError,
+             "sampling: a SamplingConfig"),
+            (lambda: translator.search(translator.source_ids(tf.constant(["Yes."]))[0],
+                                       banned_ids=[320]), ValueError,
+             r"banned_ids: ids of the target vocabulary, 0 to 319, got \[320\]")):
+        with pytest.raises(error, match=message):
+            call()
+
+
 def test_mismatched_tokenizer_is_refused(translator):
     model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=400))
     with pytest.raises(ValueError, match="the tokenizer has 320 ids but the model's vocabulary has 400"):

@@ -766,4 +766,8 @@ def test_the_model_settings_are_checked_before_the_vocabulary_is_learned(tmp_pat
         with pytest.raises(ValueError, match=message):
             train_run(data_config, training, preset=preset, model_overrides=overrides,
                       dev_bleu_sentences=0, log=lambda line: None)
+    for wrong, message in ((dict(data_config=dataclasses.asdict(data_config)), "data_config: a DataConfig"),
+                           (dict(strategy="mirrored"), "strategy: a Strategy")):
+        with pytest.raises(TypeError, match=message):
+            train_run(**{"data_config": data_config, "training_config": training, **wrong})
     assert sorted(os.listdir(tmp_path)) == ["train.tsv"]  # no vocabulary, no run folder

@@ -42,6 +42,13 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     ``callbacks`` run after the dev BLEU's and before the progress line's (e.g. the export of
     the best dev BLEU, ``export.ExportBest``). Data errors are ValueErrors naming the file, field
     or split (a file that does not exist: FileNotFoundError)."""
+    for name, value, kind, example in (
+            ("data_config", data_config, data.DataConfig, "DataConfig(dataset='files', ...)"),
+            ("training_config", training_config, TrainingConfig, "TrainingConfig(model_dir=...)"),
+            ("strategy", strategy or tf.distribute.get_strategy(), tf.distribute.Strategy,
+             "training.make_strategy('mirrored')")):
+        if not isinstance(value, kind):
+            raise TypeError(f"{name}: a {kind.__name__} ({example}), got {value!r}.")
     strategy = strategy or tf.distribute.get_strategy()
     # The model settings first: a typo costs a second, not a vocabulary learned in vain.
     _model_config(preset, model_overrides, data_config.effective_vocab_size, data_config)
