@@ -144,3 +144,12 @@ console.run(main)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         f"translate: error: --input={home}/missing.txt: no such file")
+
+
+def test_help_names_the_programs_as_they_were_installed(tmp_path):
+    # absl's --help shows the program's docstring, whose examples name the clone's programs.
+    result = subprocess.run([sys.executable, "-m", "keras_transformer_trainers.quickstart", "--help"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "python -m keras_transformer_trainers.quickstart --train_minutes=5" in result.stdout
+    assert "python -m trainers." not in result.stdout

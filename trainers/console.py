@@ -293,4 +293,7 @@ def run(main):
                 error_exit(f"{type(error).__name__}: {_first_line(error)}")
             raise
 
+    program = sys.modules.get("__main__")
+    if program is not None and program.__doc__:  # absl's --help shows it: its example commands
+        program.__doc__ = installed_names(program.__doc__)
     app.run(guarded, flags_parser=parse_flags)
