@@ -1,12 +1,18 @@
-"""The notebooks as stored: without outputs, except the architecture notebook, whose stored outputs
-match a fresh run; one first cell (the install) in all; nothing that needs the clone's layout.
+"""The notebooks as stored: valid, an id on every cell; without outputs, except the architecture
+notebook, whose stored outputs match a fresh run and whose Figures 1 and 2 are the docs' pictures,
+attached; one first cell (the install) in all; nothing that needs the clone's layout; a stop in one
+line where matplotlib is missing.
 Running them (smoke mode, from the installed wheel, outside the clone) is tests/test_wheel.py."""
 
+import base64
 import glob
 import json
 import os
 import re
+import shutil
 import subprocess
+import sys
+import warnings
 
 import pytest
 
@@ -69,7 +75,7 @@ def test_nothing_depends_on_the_clone(path):
     code = "\n".join(line.split("#")[0] for cell in load(path)["cells"] if cell["cell_type"] == "code"
                      for line in "".join(cell["source"]).splitlines())
     for clone_only in ("from trainers", "import trainers", "-m trainers.", "/content/keras-transformer/",
-                       "setup.cfg", "runs/"):
+                       "setup.cfg", "runs/", "docs/images"):
         assert clone_only not in code, f"{os.path.basename(path)}: {clone_only!r}"
     source = parameters_cell(path)
     if "WORK_DIR" not in source:
@@ -137,6 +143,110 @@ def test_architecture_outputs_are_current():
         assert was == now, (f"architecture.ipynb's stored outputs are stale from code cell {index} on "
                             f"(store them again: python tests/test_notebooks.py):\n{was}\n!=\n{now}")
     assert len(text_outputs(stored)) == len(fresh)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_every_cell_has_its_own_id_and_the_notebook_is_valid(path):
+    """nbformat 4.5 requires a cell id: without one nbformat warns that it "will become a hard error",
+    and each reader (Jupyter, Colab) makes up its own."""
+    import nbformat
+
+    ids = [cell.get("id") for cell in load(path)["cells"]]
+    assert all(ids), f"{os.path.basename(path)}: cells {[i for i, x in enumerate(ids) if not x]} have no id"
+    assert len(set(ids)) == len(ids), f"{os.path.basename(path)}: cell ids used twice"
+    with open(path) as f:
+        text = f.read()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nbformat's MissingIDFieldWarning and the like
+        nbformat.validate(nbformat.reads(text, as_version=nbformat.NO_CONVERT))
+
+
+def attachments(path):
+    """{name: (its cell's source, the attached base64 PNG)} of a notebook's attached pictures."""
+    return {name: ("".join(cell["source"]), data["image/png"]) for cell in load(path)["cells"]
+            for name, data in cell.get("attachments", {}).items()}
+
+
+def test_architecture_figures_travel_with_the_notebook_and_are_the_docs_pictures():
+    """Figures 1 and 2 are attachments of markdown cells, so they show from the wheel and on Colab, where
+    there is no docs/images, and after a re-run; the same bytes as the docs' pictures."""
+    from docs.tools import figures
+
+    attached = attachments(ARCHITECTURE)
+    for figure in figures.ATTACHED_FIGURES:
+        name = figures.FIGURES[figure][0]
+        assert name in attached, f"architecture.ipynb has no attachment {name}"
+        source, data = attached[name]
+        assert f"(attachment:{name})" in source, source
+        with open(os.path.join(ROOT, "docs", "images", name), "rb") as f:
+            assert data == base64.b64encode(f.read()).decode("ascii"), (
+                f"architecture.ipynb's {name} is not docs/images/{name}: "
+                f"python -m docs.tools.figures --figures={','.join(figures.ATTACHED_FIGURES)}")
+
+
+def test_drawing_figures_1_and_2_into_the_docs_refreshes_the_notebook_only(tmp_path, monkeypatch):
+    from docs.tools import figures
+
+    notebook, docs, elsewhere = tmp_path / "architecture.ipynb", tmp_path / "images", tmp_path / "other"
+    shutil.copy(ARCHITECTURE, notebook)
+    monkeypatch.setattr(figures, "DOCS_IMAGES", str(docs))
+    monkeypatch.setattr(figures, "ATTACHED_IN", str(notebook))
+    options = {"output_dir": str(elsewhere), "dpi": 30}  # not the resolution of the docs' pictures
+    assert figures.make_figures(list(figures.ATTACHED_FIGURES), options, say=lambda line: None) == []
+    assert notebook.read_bytes() == open(ARCHITECTURE, "rb").read()  # drawn elsewhere: left alone
+    lines = []
+    assert figures.make_figures(list(figures.ATTACHED_FIGURES), dict(options, output_dir=str(docs)),
+                                say=lines.append) == []
+    attached = attachments(str(notebook))
+    for figure in figures.ATTACHED_FIGURES:
+        name = figures.FIGURES[figure][0]
+        assert attached[name][1] == base64.b64encode((docs / name).read_bytes()).decode("ascii")
+        assert attached[name][1] != attachments(ARCHITECTURE)[name][1]
+    assert all(str(notebook) in line for line in lines), lines
+    before, after = load(ARCHITECTURE), load(str(notebook))
+    for cell in before["cells"] + after["cells"]:
+        cell.pop("attachments", None)
+    assert after == before
+
+
+# A Python without matplotlib, as the wheel alone installs: the cells of a notebook run in order until
+# one raises.
+WITHOUT_MATPLOTLIB = """
+import json, sys
+sys.modules["matplotlib"] = None  # importlib finds no matplotlib, and importing it fails
+namespace = {"__name__": "__main__"}
+for index, source in json.load(sys.stdin):
+    try:
+        exec(compile(source, f"cell {index}", "exec"), namespace)
+    except BaseException as error:
+        print(json.dumps({"cell": index, "raised": type(error).__name__, "message": str(error)}))
+        break
+else:
+    print(json.dumps({"cell": index, "raised": None, "message": ""}))
+"""
+
+
+@pytest.mark.parametrize("path", [path for path in NOTEBOOKS if "matplotlib" in "".join(
+    "".join(cell["source"]) for cell in load(path)["cells"])], ids=os.path.basename)
+def test_a_drawing_notebook_without_matplotlib_stops_first_with_one_line(path, tmp_path):
+    """Right after the parameters, before anything slow (the quickstart's corpus download), not with a
+    ModuleNotFoundError in the first cell that draws."""
+    cells = load(path)["cells"]
+    parameters = next(index for index, cell in enumerate(cells)
+                      if "parameters" in cell["metadata"].get("tags", []))
+    first = next(index for index, cell in enumerate(cells)
+                 if index > parameters and cell["cell_type"] == "code")
+    code = [(index, "".join(cells[index]["source"])) for index in range(1, first + 1)
+            if cells[index]["cell_type"] == "code"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", WITHOUT_MATPLOTLIB], input=json.dumps(code), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stopped = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (stopped["cell"], stopped["raised"]) == (first, "Stop"), \
+        f"{os.path.basename(path)} without matplotlib, cells 1 to {first}: {stopped}"
+    assert stopped["message"].startswith("matplotlib is missing") and "\n" not in stopped["message"]
+    assert "pip install matplotlib" in stopped["message"]
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ Pictures (in --output_dir, default docs/images):
   (``long_recipe.json`` keeps its points, as above).
 * ``figure1_annotated.png`` and ``figure2_annotated.png``: the paper's Figures 1 and 2 with
   this project's module, class and function names on each box (``draw_figure1``,
-  ``draw_figure2``).
+  ``draw_figure2``). Drawn into docs/images, they are also put into
+  ``notebooks/architecture.ipynb``, whose markdown cells carry them as attachments.
 * ``schedule.png``: Eq. (3) for the paper's base model beside the main job's
   settings (``trainers/quickstart.py`` QUICKSTART_DEFAULTS), computed by the library's own
   ``TransformerSchedule``.
@@ -38,6 +39,7 @@ command then ends with exit status 1 after drawing the others. The functions tha
 so a notebook can import them. Needs matplotlib (``pip install -e '.[notebooks]'``).
 """
 
+import base64
 import json
 import os
 import sys
@@ -61,6 +63,13 @@ FIGURES = {
     "decode_time": ("decode_time.png",),
     "training_throughput": ("training_throughput.png",),
 }
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCS_IMAGES = os.path.join(ROOT, "docs", "images")
+# The notebook carries these pictures itself, as attachments of its markdown cells: from the wheel and
+# on Colab there is no docs/images to show them from.
+ATTACHED_IN = os.path.join(ROOT, "notebooks", "architecture.ipynb")
+ATTACHED_FIGURES = ("figure1", "figure2")
 
 flags.DEFINE_list("model_dirs", [os.path.join("runs", "quickstart"), os.path.join("runs", "long")],
                   "The main job's run folders (the 20-minute and the long run) for the learning "
@@ -419,6 +428,32 @@ def draw_figure2(fig):
              "row stays finite.", ha="center", fontsize=6.5, color="dimgrey")
 
 
+def refresh_attachments(path, notebook):
+    """Puts the bytes of picture ``path`` into ``notebook``'s attachments of the same name; returns
+    whether the notebook changed."""
+    name = os.path.basename(path)
+    with open(path, "rb") as stream:
+        data = base64.b64encode(stream.read()).decode("ascii")
+    with open(notebook, encoding="utf-8") as stream:
+        content = json.load(stream)
+    cells = [cell for cell in content["cells"] if name in cell.get("attachments", {})]
+    if all(cell["attachments"][name] == {"image/png": data} for cell in cells):
+        return False
+    for cell in cells:
+        cell["attachments"][name] = {"image/png": data}
+    with open(notebook, "w", encoding="utf-8") as stream:  # as nbformat writes it: a one-line diff
+        stream.write(json.dumps(content, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    return True
+
+
+def _attached(path):
+    """[ATTACHED_IN] when ``path``, a picture of the docs, was put into it; a picture drawn
+    elsewhere (a trial --output_dir, a test) leaves the notebook as it is."""
+    if os.path.realpath(os.path.dirname(path)) != os.path.realpath(DOCS_IMAGES):
+        return []
+    return [ATTACHED_IN] if refresh_attachments(path, ATTACHED_IN) else []
+
+
 def figure1_figure(options):
     plt = _pyplot()
     figure, ax = plt.subplots(figsize=(8.2, 11.5))
@@ -426,7 +461,7 @@ def figure1_figure(options):
     figure.subplots_adjust(left=0.01, right=0.99, bottom=0.01, top=0.99)
     path = os.path.join(options["output_dir"], FIGURES["figure1"][0])
     _save(figure, path, options["dpi"])
-    return [path], "drawn from the code's names"
+    return [path] + _attached(path), "drawn from the code's names"
 
 
 def figure2_figure(options):
@@ -436,7 +471,7 @@ def figure2_figure(options):
     figure.subplots_adjust(left=0.01, right=0.99, bottom=0.05, top=0.99, wspace=0.05)
     path = os.path.join(options["output_dir"], FIGURES["figure2"][0])
     _save(figure, path, options["dpi"])
-    return [path], "drawn from the code's names"
+    return [path] + _attached(path), "drawn from the code's names"
 
 
 # --- 3. the learning-rate schedule of Eq. (3) ------------------------------------------------------
