@@ -3,7 +3,7 @@
 import numpy as np
 
 from keras_transformer.layers import decoder_self_attention_mask, look_ahead_mask, padding_mask
-from keras_transformer.layers.masks import cache_step_mask
+from keras_transformer.layers.masks import cache_step_mask, causal_mask, key_padding_mask
 
 
 def test_padding_mask_marks_real_tokens():
@@ -27,6 +27,17 @@ def test_decoder_mask_combines_both():
     assert mask.shape == (1, 1, 4, 4)
     expected = np.tril(np.ones((4, 4), bool)) & (ids[0] != 0)[None, :]
     np.testing.assert_array_equal(mask[0, 0], expected)
+
+
+def test_a_keras_mask_gives_the_masks_of_the_ids():
+    """A Keras mask (True at real tokens, what Embedding(mask_zero=True) sets) gives the masks
+    the ids give; without one, the decoder's mask is the look-ahead mask alone."""
+    ids = np.array([[2, 5, 6, 0], [2, 0, 0, 0]])
+    real = ids != 0
+    np.testing.assert_array_equal(np.asarray(key_padding_mask(real)), real[:, None, None, :])
+    expected = np.tril(np.ones((4, 4), bool))[None, None] & real[:, None, None, :]
+    np.testing.assert_array_equal(np.asarray(causal_mask(4, real)), expected)
+    np.testing.assert_array_equal(np.asarray(causal_mask(4)), np.tril(np.ones((1, 1, 4, 4), bool)))
 
 
 def test_cache_step_mask_shows_written_slots_only():

@@ -2,7 +2,9 @@
 attention and feed-forward, with a key/value cache for step-by-step decoding."""
 
 import keras
+from keras import ops
 
+from keras_transformer.layers import masks
 from keras_transformer.layers.sublayers import TransformerLayer, TransformerStack
 
 
@@ -34,17 +36,22 @@ class DecoderLayer(TransformerLayer):
         self._build_sublayers(x_shape, memory_shape or x_shape)
 
     def call(self, x, memory, self_attention_mask=None, memory_mask=None, training=None,
-             return_attention_weights=False):
+             return_attention_weights=False, x_mask=None):
         """Teacher forcing: x [batch, target_length, d_model], memory [batch, source_length, d_model],
         self_attention_mask [batch, 1, target_length, target_length] (look-ahead and padding),
         memory_mask [batch, 1, 1, source_length] -> x; with ``return_attention_weights`` (x,
         {"self": [batch, heads, T, T], "cross": [batch, heads, T, S]}). The masks may have any
         shape ``MultiHeadAttention`` takes.
 
-        As in ``keras.layers.MultiHeadAttention`` (``value_mask``), Keras fills a ``memory_mask``
-        left out with ``memory``'s Keras mask, the key padding mask [batch, source_length] of
-        e.g. ``Embedding(mask_zero=True)``. So pass the masks by keyword: a positional None
-        collides with what Keras fills in ("got multiple values for argument 'memory_mask'")."""
+        A ``self_attention_mask`` left out is the look-ahead mask of section 3.2.3 (causal, as
+        keras-hub's ``TransformerDecoder`` by default), with x's padding where x has a Keras mask
+        (``masks.causal_mask``). As in ``keras.layers.MultiHeadAttention`` (``query_mask``,
+        ``value_mask``), Keras fills ``x_mask`` and a ``memory_mask`` left out with the Keras masks
+        of x and ``memory`` [batch, length], e.g. those of ``Embedding(mask_zero=True)``; the
+        output carries x's on. So pass the masks by keyword: a positional None collides with what
+        Keras fills in ("got multiple values for argument 'memory_mask'")."""
+        if self_attention_mask is None:
+            self_attention_mask = masks.causal_mask(ops.shape(x)[1], x_mask)
         weights = {}
         for name, key_value, mask in (("self_attention", None, self_attention_mask),
                                       ("cross_attention", memory, memory_mask)):
@@ -116,14 +123,14 @@ class Decoder(TransformerStack):
                 for i, layer in enumerate(self.layers)}
 
     def call(self, x, memory, self_attention_mask=None, memory_mask=None, training=None,
-             return_attention_weights=False):
-        """Teacher forcing (see ``DecoderLayer.call``): x, or (x, [weights of each layer]) with
-        ``return_attention_weights``."""
+             return_attention_weights=False, x_mask=None):
+        """Teacher forcing (see ``DecoderLayer.call``, whose defaults the masks left out take): x,
+        or (x, [weights of each layer]) with ``return_attention_weights``."""
         weights = []
         for layer in self.layers:
             output = layer(x, memory, self_attention_mask=self_attention_mask,
                            memory_mask=memory_mask, training=training,
-                           return_attention_weights=return_attention_weights)
+                           return_attention_weights=return_attention_weights, x_mask=x_mask)
             if return_attention_weights:
                 output, layer_weights = output
                 weights.append(layer_weights)

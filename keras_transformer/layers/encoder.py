@@ -28,9 +28,17 @@ class EncoderLayer(TransformerLayer):
     def build(self, input_shape):
         self._build_sublayers(input_shape)
 
-    def call(self, x, padding_mask=None, training=None, return_attention_weights=False):
-        """x [batch, length, d_model]; padding_mask bool [batch, 1, 1, length] (see ``masks``).
-        With ``return_attention_weights``: (x, weights [batch, heads, length, length])."""
+    def call(self, x, padding_mask=None, training=None, return_attention_weights=False,
+             mask=None):
+        """x [batch, length, d_model]; padding_mask bool [batch, 1, 1, length] (see ``masks``), or
+        any shape ``MultiHeadAttention`` takes. With ``return_attention_weights``: (x, weights
+        [batch, heads, length, length]).
+
+        ``mask`` is x's Keras mask [batch, length], which Keras passes in (e.g. from
+        ``Embedding(mask_zero=True)``): a ``padding_mask`` left out is that key padding mask, as
+        keras-hub's ``TransformerEncoder`` reads it; the output carries it on."""
+        if padding_mask is None:
+            padding_mask = mask
         result = self._connect("self_attention", x, lambda h: self.self_attention(
             h, attention_mask=padding_mask, training=training,
             return_attention_weights=return_attention_weights), training)
@@ -51,12 +59,14 @@ class Encoder(TransformerStack):
 
     layer_class = EncoderLayer
 
-    def call(self, x, padding_mask=None, training=None, return_attention_weights=False):
-        """With ``return_attention_weights``: (x, [weights of each layer])."""
+    def call(self, x, padding_mask=None, training=None, return_attention_weights=False,
+             mask=None):
+        """As ``EncoderLayer.call`` (x's Keras mask ``mask`` is the ``padding_mask`` left out);
+        with ``return_attention_weights``: (x, [weights of each layer])."""
         weights = []
         for layer in self.layers:
             x = layer(x, padding_mask=padding_mask, training=training,
-                      return_attention_weights=return_attention_weights)
+                      return_attention_weights=return_attention_weights, mask=mask)
             if return_attention_weights:
                 x, layer_weights = x
                 weights.append(layer_weights)

@@ -11,7 +11,13 @@ from keras import ops
 
 def padding_mask(ids, pad_id=0):
     """``ids`` [batch, length] -> bool [batch, 1, 1, length]: True at real (non-padding) tokens."""
-    return ops.expand_dims(ops.expand_dims(ops.not_equal(ids, pad_id), 1), 1)
+    return key_padding_mask(ops.not_equal(ids, pad_id))
+
+
+def key_padding_mask(real):
+    """A Keras mask ``real`` [batch, length] (True at real tokens, as ``Embedding(mask_zero=True)``
+    sets it) -> bool [batch, 1, 1, length], the shape of ``padding_mask``."""
+    return ops.expand_dims(ops.expand_dims(real, 1), 1)
 
 
 def look_ahead_mask(length):
@@ -24,8 +30,15 @@ def look_ahead_mask(length):
 
 def decoder_self_attention_mask(target_ids, pad_id=0):
     """Look-ahead and padding combined: bool [batch, 1, target_length, target_length]."""
-    length = ops.shape(target_ids)[1]
-    return ops.logical_and(look_ahead_mask(length), padding_mask(target_ids, pad_id))
+    return causal_mask(ops.shape(target_ids)[1], ops.not_equal(target_ids, pad_id))
+
+
+def causal_mask(length, real=None):
+    """``look_ahead_mask(length)``, and with a Keras mask ``real`` [batch, length] (True at real
+    tokens) its padding too: bool [batch or 1, 1, length, length]. What a decoder called without
+    a self-attention mask uses, from its input's Keras mask."""
+    mask = look_ahead_mask(length)
+    return mask if real is None else ops.logical_and(mask, key_padding_mask(real))
 
 
 def cache_step_mask(index, max_length):

@@ -56,6 +56,9 @@ class TransformerLayer(keras.layers.Layer):
                                   relu_dropout=relu_dropout, norm_first=norm_first,
                                   layer_norm_epsilon=layer_norm_epsilon)
         self.norm_first = norm_first
+        # The output is x's positions: x's Keras mask (its padding) holds for it as well, and
+        # carried on, the encoder's reaches the decoder's memory_mask in a functional model.
+        self.supports_masking = True
 
     def _attention(self, name):
         c = self._layer_config
@@ -114,6 +117,7 @@ class TransformerStack(keras.layers.Layer):
         self.final_norm = (LayerNormalization(
             epsilon=self.layer_config["layer_norm_epsilon"], name="final_norm", dtype=self.dtype_policy)
             if self.layer_config["norm_first"] else None)
+        self.supports_masking = True  # as TransformerLayer
 
     def build(self, x_shape):
         self._build_layers(x_shape)
