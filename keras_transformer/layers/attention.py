@@ -106,6 +106,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def __init__(self, num_heads, d_model, d_k=None, d_v=None, attention_dropout=0.0, **kwargs):
         super().__init__(**kwargs)
+        self.supports_masking = True  # the query's Keras mask is the output's, as in Keras's layer
         # Else a zero or negative size fails only at call time, deep inside (a division by zero).
         sizes = {"num_heads": num_heads, "d_model": d_model,
                  **{name: size for name, size in (("d_k", d_k), ("d_v", d_v)) if size is not None}}
