@@ -19,7 +19,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Packages the project's lines may name besides itself: optional tools, installed by their names.
-THIRD_PARTY = {"ctranslate2", "sentencepiece", "tensorboard", "pip", "build", "sacrebleu"}
+THIRD_PARTY = {"ctranslate2", "sentencepiece", "tensorboard", "pip", "build", "sacrebleu",
+               "matplotlib"}
 
 
 def shown_text():
