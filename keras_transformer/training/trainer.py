@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import signal
 import time
 import zlib
@@ -52,6 +53,16 @@ VOTES = ("sigterm", "sigint", "train_minutes", "save")
 class NonFiniteError(RuntimeError):
     """The loss or the weights became NaN or infinite; nothing after the last finite checkpoint
     was saved, averaged or exported."""
+
+
+def _lost(error) -> str:
+    """What TensorFlow's error says of the lost worker: the tasks its coordination service found
+    unhealthy and why, e.g. ``/job:worker/replica:0/task:1: stopped sending heartbeats``; else the
+    error's kind (its first line, "Graph execution error:", says nothing)."""
+    unhealthy = re.search(r"tasks are unhealthy \(([^)]*)\):\s*((?:/job:\S+\s*)+)", str(error))
+    if unhealthy is None:
+        return type(error).__name__
+    return f"{', '.join(dict.fromkeys(unhealthy.group(2).split()))}: {unhealthy.group(1)}"
 
 
 class WorkerLostError(RuntimeError):
@@ -348,9 +359,8 @@ class Trainer:
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as error:
             if self.workers == 1:
                 raise
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise WorkerLostError(
-                f"another worker of the job is gone, after step {self.step} ({first_line}); "
+                f"another worker of the job is gone, after step {self.step} ({_lost(error)}); "
                 f"the last checkpoint, {self.checkpointer.latest or 'none yet'}, is whole: "
                 "start every worker again with the same command to resume from it") from None
 
