@@ -262,6 +262,7 @@ COMMAND_CASES = (
         "model_dir of a training run (no config.json in it); it is a SavedModel, an export")]
     + [("evaluate", ["--model_dir={run}", "--split=validation"], "--split"),
        ("evaluate", ["--model_dir={run}", "--limit=0"], "--limit=0"),
+       ("evaluate", ["--model_dir={run}", "--eval_limit=0"], "--limit=0"),  # the quickstart's name
        ("evaluate", ["--model_dir={run}", "--output={empty_dir}"], "--output={empty_dir}: is a folder"),
        ("evaluate", ["--model_dir={run}", F, "--test_data={files}/latin1.tsv"],
         "{files}/latin1.tsv:1: invalid UTF-8"),

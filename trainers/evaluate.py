@@ -66,6 +66,7 @@ flags.DEFINE_flag(run_flags.ModelsFlag(
 flags.DEFINE_enum("split", "test", ["train", "dev", "test"], "Which split to translate and score.")
 flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick looks).",
                      lower_bound=1)
+flags.DEFINE_alias("eval_limit", "limit")  # the quickstart's name for it
 flags.DEFINE_string("output", None, "Write the translations here, one line per test sentence.")
 flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
