@@ -6,10 +6,12 @@ untimed until each of their shapes is compiled, then timed. The copy (weights, o
 thrown away; the training run builds its own.
 """
 
+import statistics
 import time
 from typing import Optional
 
-# Updates timed after the untimed ones: enough that one slow batch does not decide.
+# Updates timed after the untimed ones: enough that one slow batch does not decide (their median
+# is reported).
 TIMED = 9
 # Untimed updates first: the step's tf.function traces each new batch shape until it relaxes
 # them into one graph (``reduce_retracing``), and a trace is no update's cost.
@@ -41,18 +43,30 @@ def timed_pass(step, batches):
     return (time.perf_counter() - started) / len(batches), sums
 
 
+def update_seconds(step, batches):
+    """The seconds of each update of ``step``, one per batch of ``batches``, each waited for."""
+    seconds = []
+    for batch in batches:
+        started = time.perf_counter()
+        float(step.step_on_batches((batch,))["loss_sum"])
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
 def seconds_per_update(model_config, batches, mixed_precision: str = "float32",
                        jit_compile: bool = False) -> float:
     """Seconds per update of a fresh model of ``model_config`` (``fresh_train_step``), one update
     per batch of ``batches`` (a list of at least ``UNTIMED + 1`` training batches, as
-    ``data.make_dataset`` yields them): the mean over the batches after the first ``UNTIMED``."""
+    ``data.make_dataset`` yields them): the median over the batches after the first ``UNTIMED``.
+    The median, because the untimed batches may all have had one shape: the first of another
+    shape is then traced again (the relaxed graph), seconds that are no update's cost."""
     batches = list(batches)
     if len(batches) <= UNTIMED:
         raise ValueError(f"seconds_per_update needs more than {UNTIMED} batches, got "
                          f"{len(batches)}.")
     _, step = fresh_train_step(model_config, mixed_precision, jit_compile)
     timed_pass(step, batches[:UNTIMED])
-    return timed_pass(step, batches[UNTIMED:])[0]
+    return statistics.median(update_seconds(step, batches[UNTIMED:]))
 
 
 def seconds_per_update_of_run(data_config, preset: str, model_overrides: Optional[dict] = None,
