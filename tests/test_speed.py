@@ -72,8 +72,9 @@ def test_the_run_is_timed_on_its_own_model_and_first_training_batches(monkeypatc
     assert speed.seconds_per_update_of_run(config, "tiny", {"d_model": 48, "num_heads": 2},
                                            "bfloat16", jit_compile=True) == 0.25
     tokenizer, _ = data.load_or_learn_tokenizer(config)
+    # the model train_run builds: as many positions as the data's longest examples need
     assert measured["config"] == TransformerConfig.from_preset(
-        "tiny", vocab_size=tokenizer.vocab_size, d_model=48, num_heads=2)
+        "tiny", vocab_size=tokenizer.vocab_size, d_model=48, num_heads=2, max_length=17)
     assert (measured["precision"], measured["jit_compile"]) == ("bfloat16", True)
     # the training pipeline's first batches (shuffled with the run's seed), as many as timed
     expected = list(data.make_dataset(config, tokenizer, "train", training=True, repeat=True)

@@ -51,7 +51,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
             raise TypeError(f"{name}: a {kind.__name__} ({example}), got {value!r}.")
     strategy = strategy or tf.distribute.get_strategy()
     # The model settings first: a typo costs a second, not a vocabulary learned in vain.
-    _model_config(preset, model_overrides, data_config.effective_vocab_size, data_config)
+    run_model_config(preset, model_overrides, data_config.effective_vocab_size, data_config)
     runs.check_data(training_config.model_dir, data_config)
     init_from.check_resumed(training_config.model_dir, training_config.init_from)
     tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
@@ -82,7 +82,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
                              + ("a dev set (dev_data)" if dev_fn is None
                                 else "dev_bleu_sentences > 0") + ".")
 
-    model_config = _model_config(preset, model_overrides, tokenizer.vocab_size, data_config)
+    model_config = run_model_config(preset, model_overrides, tokenizer.vocab_size, data_config)
     info = {"data": dataclasses.asdict(data_config), "vocab_path": tokenizer.path,
             "preset": preset, "dev_bleu_sentences": dev_bleu_sentences, **(run_info or {})}
     if init_info:
@@ -116,7 +116,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     return trainer.fit(train_fn, dev_fn, callbacks)
 
 
-def _model_config(preset, model_overrides, vocab_size, data_config) -> TransformerConfig:
+def run_model_config(preset, model_overrides, vocab_size, data_config) -> TransformerConfig:
     """The ``preset`` model with ``model_overrides`` for a vocabulary of ``vocab_size``, with as
     many positions as the data's longest examples have tokens unless the overrides say how many
     (as the programs' --max_length); a ValueError if the overrides set what the data decides or

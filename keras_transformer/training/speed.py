@@ -77,12 +77,10 @@ def seconds_per_update_of_run(data_config, preset: str, model_overrides: Optiona
     (``run.run_vocabulary``: learned if missing; a fine-tuned run's, ``init_from``, its
     source's)."""
     from keras_transformer import data
-    from keras_transformer.config import TransformerConfig
-    from keras_transformer.training.run import run_vocabulary
+    from keras_transformer.training.run import run_model_config, run_vocabulary
 
     tokenizer, data_config, _, _ = run_vocabulary(data_config, None, init_from)
-    model_config = TransformerConfig.from_preset(preset, vocab_size=tokenizer.vocab_size,
-                                                 **(model_overrides or {}))
+    model_config = run_model_config(preset, model_overrides, tokenizer.vocab_size, data_config)
     dataset = data.make_dataset(data_config, tokenizer, "train", training=True, repeat=True,
                                 read_in_part=True)
     return seconds_per_update(model_config, dataset.take(UNTIMED + updates), mixed_precision,
