@@ -7,6 +7,7 @@ starts with ``field=value`` so the flag to fix is obvious.
 import dataclasses
 import hashlib
 import os
+import typing
 from typing import Optional
 
 from keras_transformer.config import as_python_scalars, is_boolean, is_integer, is_number
@@ -31,10 +32,9 @@ DEFAULT_VOCAB_SIZES = dict.fromkeys(WMT14_DATASETS, 37000)
 DEFAULT_VOCAB_SIZE = 8000
 
 
-# What a field of each type must hold (None too where None is the default).
-_KINDS = {str: (lambda value: isinstance(value, str), "a string"),
-          Optional[str]: (lambda value: isinstance(value, str), "a string"),
-          int: (is_integer, "an integer"), Optional[int]: (is_integer, "an integer"),
+# What a field of each type must hold (an Optional[...] field: that, or None where None is the
+# default).
+_KINDS = {str: (lambda value: isinstance(value, str), "a string"), int: (is_integer, "an integer"),
           float: (is_number, "a finite number"), bool: (is_boolean, "True or False")}
 
 
@@ -80,7 +80,8 @@ class DataConfig:
             if isinstance(value, os.PathLike):  # a pathlib.Path: recorded as the path it names
                 value = os.fspath(value)
                 object.__setattr__(self, field.name, value)
-            test, what = _KINDS[field.type]
+            test, what = _KINDS[next(kind for kind in typing.get_args(field.type) or [field.type]
+                                     if kind is not type(None))]
             if not test(value):
                 raise ValueError(f"{field.name}={value!r}: must be {what}.")
         as_python_scalars(self)
