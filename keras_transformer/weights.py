@@ -74,8 +74,8 @@ def _misfit(model, path: str) -> Optional[str]:
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
     variables = model.variables
-    held = sum(1 for key in shapes if key.startswith("model_variables/")
-               and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+    prefix, suffix = MODEL_VARIABLE_KEY.split("{}")
+    held = sum(1 for key in shapes if key.startswith(prefix) and key.endswith(suffix))
     if held != len(variables):
         return f"it holds {held} model variables, the model has {len(variables)}"
     for index, variable in enumerate(variables):
