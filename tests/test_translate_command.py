@@ -106,12 +106,21 @@ def test_checkpoint_mode_matches_in_memory_translator_in_input_order(setup, chec
     assert "Traceback" not in stderr
 
 
-@pytest.mark.slow
-def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_output):
+@pytest.fixture(scope="module")
+def exported(setup):
+    """trainers.export of the run (beam 2, extra length 6) as tiny and tiny_ids under
+    ``export_dir``: ``(export_dir, stdout, stderr)``. Exporting traces every signature, so the
+    tests that need a SavedModel of this project's export share this one."""
     export_dir = str(setup["base"] / "saved_models")
     code, stdout, stderr = run("export", f"--model_dir={setup['model_dir']}", f"--export_dir={export_dir}",
                                "--name=tiny", "--beam_size=2", "--extra_length=6")
     assert code == 0, stderr
+    return export_dir, stdout, stderr
+
+
+@pytest.mark.slow
+def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_output, exported):
+    export_dir, stdout, stderr = exported
     # The checkpoint it used, and why (the run has no averaged or best one), and the search.
     assert (f"export: {os.path.join(setup['model_dir'], 'ckpt-1')} (latest; the default: averaged, "
             "else ema, else best, else latest), beam 2, alpha 0.6, extra length 6") in stderr
@@ -205,12 +214,32 @@ def test_load_translator_finds_the_vocabulary_and_checkpoint_or_names_what_is_mi
                                 "run's own.")
 
 
-def search_nbest(model_dir, checkpoint=None, **decoding):
-    """The search's own n-best lists for the LINES with text, for the weights of ``checkpoint``:
-    ``Translator.translate_ids`` detokenized, ``{line: ([text] * beam, [score] * beam)}``."""
+_TRANSLATORS, _SEARCHED = {}, {}
+
+
+def run_translator(model_dir, checkpoint=None, **decoding):
+    """``runs.load_translator`` of the run with this search, loaded once per model, checkpoint and
+    search in this process (a Translator holds no state between calls)."""
     from keras_transformer.runs import load_translator
 
-    translator = load_translator(model_dir, checkpoint, DecodingConfig(**decoding))
+    key = (model_dir, checkpoint, tuple(sorted(decoding.items())))
+    if key not in _TRANSLATORS:
+        _TRANSLATORS[key] = load_translator(model_dir, checkpoint, DecodingConfig(**decoding))
+    return _TRANSLATORS[key]
+
+
+def search_nbest(model_dir, checkpoint=None, **decoding):
+    """The search's own n-best lists for the LINES with text, for the weights of ``checkpoint``:
+    ``Translator.translate_ids`` detokenized, ``{line: ([text] * beam, [score] * beam)}``. Computed
+    once per model, checkpoint and search in this process (the tests only read it)."""
+    key = (model_dir, checkpoint, tuple(sorted(decoding.items())))
+    if key not in _SEARCHED:
+        _SEARCHED[key] = _search_nbest(model_dir, checkpoint, **decoding)
+    return _SEARCHED[key]
+
+
+def _search_nbest(model_dir, checkpoint=None, **decoding):
+    translator = run_translator(model_dir, checkpoint, **decoding)
     lines = [line for line in LINES if line.strip()]
     source_ids, _, _ = translator.source_ids(tf.constant(lines))
     out = tf.function(translator.translate_ids)(source_ids)
@@ -309,13 +338,14 @@ def interactive_translate(*args):
         os.close(terminal)
 
 
-def copy_with_a_fresh_average(setup, tmp_path):
+@pytest.fixture(scope="module")
+def averaged_run(setup, tmp_path_factory):
     """A copy of the run with an averaged checkpoint newer than its latest; returns (model_dir,
-    averaged prefix). The average of one checkpoint: ckpt-1's weights."""
+    averaged prefix). The average of one checkpoint: ckpt-1's weights. (Only read by the tests.)"""
     from keras_transformer import runs, weights
     from keras_transformer.training import write_averaged_checkpoint
 
-    model_dir = str(tmp_path / "run")
+    model_dir = str(tmp_path_factory.mktemp("averaged") / "run")
     shutil.copytree(setup["model_dir"], model_dir)  # keeps ckpt-1's time: the average is newer
     model = weights.build_model(runs.model_config(runs.read_config(model_dir)))
     averaged = write_averaged_checkpoint(model, [os.path.join(model_dir, "ckpt-1")],
@@ -323,8 +353,8 @@ def copy_with_a_fresh_average(setup, tmp_path):
     return model_dir, averaged
 
 
-def test_evaluate_uses_the_averaged_checkpoint_and_says_so(setup, tmp_path):
-    model_dir, averaged = copy_with_a_fresh_average(setup, tmp_path)
+def test_evaluate_uses_the_averaged_checkpoint_and_says_so(averaged_run, tmp_path):
+    model_dir, averaged = averaged_run
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("A dog runs.\tEin Hund rennt.\nDas ist Satz 5.\tDas ist Satz 5.\n")
     code, stdout, stderr = run("evaluate", f"--model_dir={model_dir}", "--dataset=files",
@@ -335,8 +365,9 @@ def test_evaluate_uses_the_averaged_checkpoint_and_says_so(setup, tmp_path):
             "beam 2, alpha 0.6, extra length 6 on files test (2 sentences)") in stdout.decode()
 
 
-def test_interactive_mode_answers_each_line_at_once_with_a_fresh_averaged_checkpoint(setup, tmp_path):
-    model_dir, averaged = copy_with_a_fresh_average(setup, tmp_path)
+def test_interactive_mode_answers_each_line_at_once_with_a_fresh_averaged_checkpoint(setup,
+                                                                                    averaged_run):
+    model_dir, averaged = averaged_run
     with interactive_translate(f"--model_dir={model_dir}", "--beam_size=2",
                                "--extra_length=6") as (process, terminal):
         stderr = read_until(process.stderr, lambda data: data.endswith(b"> ")).decode()
@@ -404,7 +435,6 @@ def test_piped_n_best_lists_are_the_searchs_own_and_come_before_the_input_ends(s
 def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation(setup,
                                                                                   checkpoint_output):
     from keras_transformer import inference
-    from keras_transformer.runs import load_translator
 
     # the first of the tiny model's two decoder layers, counted from the last
     code, stdout, stderr = run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
@@ -415,7 +445,7 @@ def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation
     want = parse(checkpoint_output[0])  # the same translations and scores as without alignments
     assert [text for _, text, _ in rows] == [text for _, text in want]
     assert [float(score) for score, _, _ in rows] == pytest.approx([s for s, _ in want], abs=2e-4)
-    translator = load_translator(setup["model_dir"], None, DecodingConfig(**BEAM))
+    translator = run_translator(setup["model_dir"], **BEAM)
     lines = [line for line in LINES if line.strip()]
     translations = [text for line, (_, text) in zip(LINES, want) if line.strip()]
     # (this untrained model's translations are too short for the layers' word pairs to differ;
@@ -477,9 +507,7 @@ def test_sampling_flags_are_checked_in_one_line_each(setup, old_export):
 
 
 def test_sampling_at_top_k_one_is_the_greedy_search(setup):
-    from keras_transformer.runs import load_translator
-
-    translator = load_translator(setup["model_dir"], None, DecodingConfig(**BEAM))
+    translator = run_translator(setup["model_dir"], **BEAM)
     lines = [line for line in LINES if line.strip()]
     source_ids, _, _ = translator.source_ids(tf.constant(lines))
     greedy = translator.search(source_ids, greedy=True)
@@ -549,18 +577,15 @@ def test_an_ensemble_of_runs_with_different_vocabularies_is_one_line(setup, tmp_
 
 # --- several models named either way: comma-separated or the flag repeated ---------------------------
 
-SHIPPED = os.path.join(ROOT, "saved_models", "quickstart")
-
-
-def test_a_repeated_saved_model_is_the_comma_separated_ensemble():
+def test_a_repeated_saved_model_is_the_comma_separated_ensemble(exported):
     """`--saved_model=A --saved_model=B` is `--saved_model=A,B` (absl's string flag kept only the
     last, silently: one model, no ensemble); export, which takes one model, refuses both forms in
-    one line rather than keep the last."""
-    if not os.path.isfile(os.path.join(SHIPPED, "1", "saved_model.pb")):
-        pytest.skip("no shipped model in this copy of the project")
+    one line rather than keep the last. A is the module's export of the tiny run (its base folder:
+    the highest version, the text export however the test above renamed it)."""
+    tiny = os.path.join(exported[0], "tiny")
     outputs = []
-    for args in ([f"--saved_model={SHIPPED},{SHIPPED}"],
-                 [f"--saved_model={SHIPPED}", f"--saved_model={SHIPPED}"]):
+    for args in ([f"--saved_model={tiny},{tiny}"],
+                 [f"--saved_model={tiny}", f"--saved_model={tiny}"]):
         code, stdout, stderr = run("translate", *args, "--text=Hello.", "--text=Good morning.",
                                    "--show_scores", "--beam_size=2", "--extra_length=6")
         assert code == 0, stderr
@@ -569,7 +594,7 @@ def test_a_repeated_saved_model_is_the_comma_separated_ensemble():
     assert len(outputs[1]) == 2
     assert [text for _, text in outputs[1]] == [text for _, text in outputs[0]]
     assert [score for score, _ in outputs[1]] == pytest.approx([s for s, _ in outputs[0]], abs=1e-4)
-    assert_clean_error(run("export", f"--saved_model={SHIPPED}", f"--saved_model={SHIPPED}",
+    assert_clean_error(run("export", f"--saved_model={tiny}", f"--saved_model={tiny}",
                            "--export_dir=never"),
                        "an ensemble cannot be exported")
 
