@@ -136,15 +136,19 @@ def test_evaluate_command_on_an_exported_copy_model(exported_copy_model):
     assert done not in stderr and "\x1b[" not in stderr and done not in stdout, (stdout, stderr)
 
 
-def test_the_progress_bar_is_drawn_on_a_terminal_beside_the_scores(exported_copy_model):
-    """stderr a terminal (a pseudo-terminal's far end), stdout a pipe: the bar, finished, on the
-    terminal; the scores alone on stdout."""
+@pytest.fixture(scope="module")
+def copy_model_with_floors_on_a_terminal(exported_copy_model):
+    """The copy model evaluated with --floors (the test pairs as its training pairs), stderr a
+    terminal (a pseudo-terminal's far end) and stdout a pipe: ``(returncode, stdout, what the
+    terminal showed)``. One run serves the two tests below: the bar is drawn on stderr while
+    translating, the floors are printed on stdout after it; neither looks at the other's stream."""
     base, test_file = exported_copy_model
     terminal = TerminalStderr()
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
     process = subprocess.Popen(
         [sys.executable, "-m", "trainers.evaluate", f"--saved_model={base / 'copy'}",
-         "--dataset=files", f"--test_data={test_file}", "--batch_size=2"],
+         "--dataset=files", f"--train_data={test_file}", f"--test_data={test_file}", "--floors",
+         "--batch_size=2"],
         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=terminal.far_end)
     terminal.start()
@@ -153,20 +157,25 @@ def test_the_progress_bar_is_drawn_on_a_terminal_beside_the_scores(exported_copy
     finally:
         if process.poll() is None:
             process.kill()
-    shown = terminal.text()
-    assert process.returncode == 0
+    return process.returncode, stdout, terminal.text()
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_beside_the_scores(
+        copy_model_with_floors_on_a_terminal):
+    """stderr a terminal, stdout a pipe: the bar, finished, on the terminal; the scores alone on
+    stdout."""
+    code, stdout, shown = copy_model_with_floors_on_a_terminal
+    assert code == 0, shown[-3000:]
     done = f"{len(FIXTURE)}/{len(FIXTURE)}"
     assert done in shown and done not in stdout
     assert re.search(r"^sacreBLEU = ", stdout, re.M), stdout
 
 
-def test_evaluate_floors_beside_the_model(exported_copy_model):
+def test_evaluate_floors_beside_the_model(copy_model_with_floors_on_a_terminal):
     # The copy model scores exactly the copy floor; with the test pairs as training data the
     # translation memory finds every sentence (100) and the verdict says the model is below it.
-    base, test_file = exported_copy_model
-    code, stdout, stderr = run(f"--saved_model={base / 'copy'}", "--dataset=files",
-                               f"--train_data={test_file}", f"--test_data={test_file}", "--floors")
-    assert code == 0, stderr
+    code, stdout, stderr = copy_model_with_floors_on_a_terminal
+    assert code == 0, stderr[-3000:]
     rows = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in re.finditer(
         r"^(model|translation memory|copy the source) +sacreBLEU +([\d.]+) .* chrF2 +([\d.]+)$",
         stdout, re.M)}
