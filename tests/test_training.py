@@ -11,6 +11,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -90,7 +91,7 @@ def test_mirrored_two_devices_equals_one_device(tmp_path):
     """MirroredStrategy over 2 logical CPUs vs one device on the same global batch, whose halves
     hold very different numbers of real tokens (a per-replica mean would differ)."""
     out = tmp_path / "mirrored.json"
-    finish(start_child("mirrored", out))
+    finish(start_child("mirrored", out), timeout=600)  # ~60 s of CPU: 240 s of wall can be too few
     result = read_json(out)
     assert result["replicas"] == 2
     one, two = result["sgd_losses"]
@@ -612,7 +613,6 @@ def test_averaging_refuses_a_non_finite_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path, system_temporary):
     killed_dir, reference_dir = tmp_path / "killed", tmp_path / "reference"
-    reference = start_child("train", tmp_path / "reference.json", reference_dir, 30)
     # Killed, it cannot remove its temporary files (autograph's code): a folder of the test's own.
     victim = start_child("train", tmp_path / "victim.json", killed_dir, 1000,
                          "--checkpoint_every_steps=5", "--sleep=0.05",
@@ -628,11 +628,12 @@ def test_resume_after_sigkill_ends_at_the_uninterrupted_weights(tmp_path, system
     latest = tf.train.latest_checkpoint(str(killed_dir))
     saved_step = int(latest.rsplit("-", 1)[1])
     assert 10 <= saved_step < 30
+    # The resumed run (in a fresh process), then in that same process the reference: a run
+    # never interrupted, from scratch, seeded again as at a process's start.
     finish(start_child("train", tmp_path / "resumed.json", killed_dir, 30,
-                       "--checkpoint_every_steps=5"))
-    finish(reference)
+                       "--checkpoint_every_steps=5", f"--reference={reference_dir}"))
     resumed, uninterrupted = read_json(tmp_path / "resumed.json"), read_json(
-        tmp_path / "reference.json")
+        tmp_path / "resumed.json.reference.json")
     assert resumed["start_step"] == saved_step and resumed["steps"] == 30
     assert resumed["resumed_from"] == latest
     with np.load(resumed["weights_file"]) as a, np.load(uninterrupted["weights_file"]) as b:
@@ -709,16 +710,24 @@ def test_wmt_command_trains_mirrored_on_own_files(tmp_path):
     assert sorted(os.listdir(tmp_path / "run" / "best_export_ids")) == ["6"]
 
 
-def test_resuming_with_another_model_is_a_clear_error(tmp_path):
-    Trainer(TINY, config(tmp_path, train_steps=1)).fit(fixed_batch_fn)
+@pytest.fixture(scope="module")
+def one_step_run(tmp_path_factory):
+    """A run of TINY trained one step: the tests that resume it work on a copy of their own."""
+    folder = tmp_path_factory.mktemp("one_step_run")
+    Trainer(TINY, config(folder, train_steps=1)).fit(fixed_batch_fn)
+    return folder
+
+
+def test_resuming_with_another_model_is_a_clear_error(tmp_path, one_step_run):
+    shutil.copytree(one_step_run, tmp_path, dirs_exist_ok=True)
     other = kt.TransformerConfig.from_preset("tiny", vocab_size=16, d_ff=48)
     with pytest.raises(ValueError, match="another model .*d_ff"):
         Trainer(other, config(tmp_path, train_steps=2)).fit(fixed_batch_fn)
 
 
-def test_resuming_a_run_written_before_new_model_fields_existed(tmp_path):
+def test_resuming_a_run_written_before_new_model_fields_existed(tmp_path, one_step_run):
     """A config.json without fields added later (they default) is the same model: it resumes."""
-    Trainer(TINY, config(tmp_path, train_steps=1)).fit(fixed_batch_fn)
+    shutil.copytree(one_step_run, tmp_path, dirs_exist_ok=True)
     path = tmp_path / "config.json"
     run = read_json(path)
     for field in ("source_word_dropout", "target_word_dropout", "decoder_layerdrop"):

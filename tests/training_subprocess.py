@@ -3,7 +3,7 @@ devices are fixed at start-up), several processes (multi-worker), or a process t
 
     python tests/training_subprocess.py mirrored OUT.json
     python tests/training_subprocess.py train OUT.json MODEL_DIR STEPS [--strategy=S]
-        [--checkpoint_every_steps=N] [--sleep=SECONDS]
+        [--checkpoint_every_steps=N] [--sleep=SECONDS] [--reference=MODEL_DIR]
 
     python tests/training_subprocess.py uneven OUT.json MODEL_DIR   (TF_CONFIG of 2 workers)
 
@@ -143,6 +143,9 @@ def mirrored(out):
 
 
 def train(out, model_dir, steps, options):
+    """Trains ``steps`` in ``model_dir`` (resuming from its checkpoints); with
+    ``--reference=DIR``, then trains a run never interrupted, from scratch in DIR, in this same
+    process (seeded again as a fresh process is), its summary in OUT.reference.json."""
     strategy_name = options.get("strategy", "default")
     from keras_transformer.training.strategy import make_strategy
 
@@ -158,25 +161,29 @@ def train(out, model_dir, steps, options):
     from toy import toy_dataset_fn
 
     tf.config.experimental.enable_op_determinism()
-    keras.utils.set_random_seed(3)
     sleep = float(options.get("sleep", 0))
 
     class Slow(Callback):
         def on_log(self, step, logs):
             time.sleep(sleep)
 
-    config = kt.TransformerConfig.from_preset("tiny", vocab_size=TOY["vocab_size"])
-    every = options.get("checkpoint_every_steps")
-    trainer = Trainer(config, TrainingConfig(
-        model_dir=model_dir, train_steps=steps, warmup_steps=20, log_every_steps=1,
-        checkpoint_every_steps=int(every) if every else None, checkpoint_every_minutes=None),
-        strategy)
-    summary = trainer.fit(toy_dataset_fn(**TOY), callbacks=[Slow()] if sleep else [])
-    weights = [v.numpy() for v in trainer.model.trainable_variables]
-    summary["weight_sum"] = float(sum(np.abs(w).sum() for w in weights))
-    summary["weights_file"] = os.path.join(out + ".npz")
-    np.savez(summary["weights_file"], *weights)
-    write(out, summary)
+    def run(out, model_dir, every):
+        keras.utils.set_random_seed(3)
+        config = kt.TransformerConfig.from_preset("tiny", vocab_size=TOY["vocab_size"])
+        trainer = Trainer(config, TrainingConfig(
+            model_dir=model_dir, train_steps=steps, warmup_steps=20, log_every_steps=1,
+            checkpoint_every_steps=int(every) if every else None, checkpoint_every_minutes=None),
+            strategy)
+        summary = trainer.fit(toy_dataset_fn(**TOY), callbacks=[Slow()] if sleep else [])
+        weights = [v.numpy() for v in trainer.model.trainable_variables]
+        summary["weight_sum"] = float(sum(np.abs(w).sum() for w in weights))
+        summary["weights_file"] = os.path.join(out + ".npz")
+        np.savez(summary["weights_file"], *weights)
+        write(out, summary)
+
+    run(out, model_dir, options.get("checkpoint_every_steps"))
+    if options.get("reference"):
+        run(out + ".reference.json", options["reference"], None)
 
 
 def uneven(out, model_dir):
