@@ -46,9 +46,9 @@ def corpus(tmp_path):
     return paths
 
 
-def run(*args, module="trainers.quickstart", code=None, cwd=ROOT):
+def run(*args, module="trainers.quickstart", cwd=ROOT):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = [sys.executable, "-c", code] if code else [sys.executable, "-m", module, *args]
+    command = [sys.executable, "-m", module, *args]
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     return result.returncode, result.stdout, result.stderr
 
@@ -169,19 +169,19 @@ def test_train_more_goes_on_as_the_report_says_and_refuses_a_total_already_made(
     # --train_steps counts all of a run's updates: the report's next line doubles it.
     assert "--train_steps=8 --train_more   # 4 more updates (at most" in stdout
     before = {name: os.path.getmtime(tmp_path / "run" / name) for name in os.listdir(tmp_path / "run")}
-    code, out, err = run(*flags, "--train_more")  # the run has made its 4: nothing to train
+    # Refused outside the clone: there the programs are the installed keras_transformer_trainers
+    # (setup.cfg, the same code), and the commands it shows must name them.
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    installed = "keras_transformer_trainers.quickstart"
+    # the run has made its 4: nothing to train
+    code, out, err = run(*flags, "--train_more", module=installed, cwd=outside)
     assert code == 2, out[-2000:] + err[-2000:]
     assert "has made 4 updates" in err and "--train_steps=8 --train_more" in err
     assert "=== [" not in out and not (tmp_path / "saved").exists()
     assert {name: os.path.getmtime(tmp_path / "run" / name)
             for name in os.listdir(tmp_path / "run")} == before
-    # The command it names, run as it says, outside the clone: there the programs are the installed
-    # keras_transformer_trainers (setup.cfg), and the commands the report shows must name them.
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    installed = "keras_transformer_trainers.quickstart"
-    code, out, err = run(*flags, "--train_more", module=installed, cwd=outside)
-    assert code == 2, out[-2000:] + err[-2000:]
+    # The command it names, run as it says.
     command = re.search(rf"python -m {installed} (.*--train_steps=8 --train_more)$", err, re.M)
     assert command, err[-2000:]
     code, out, err = run(*shlex.split(command.group(1)), module=installed, cwd=outside)
@@ -587,14 +587,24 @@ def test_the_warmup_is_sized_to_the_updates_the_machine_makes(monkeypatch, tmp_p
             {"d_model": 192, "d_ff": 768} if bf16_cpu else {"d_model": None, "d_ff": None})
 
 
-@pytest.mark.slow
-def test_a_run_on_a_time_budget_times_itself_and_trains_with_the_warmup_it_announces(tmp_path):
-    """The timing for real, in the command: its line gives the seconds per update and the updates
-    they make of the minutes, and the trainer's config records the warm-up the line names."""
+@pytest.fixture(scope="module")
+def timed_run(tmp_path_factory):
+    """The small run on a time budget (--train_steps=0: the timing sizes its warm-up) with a moving
+    average and --export_best: one run of the whole pipeline for the tests of both."""
+    tmp_path = tmp_path_factory.mktemp("timed")
     flags_ = [flag for flag in small_run_flags(tmp_path, corpus(tmp_path))
               if not flag.startswith("--train_steps")]
-    code, stdout, stderr = run(*flags_, "--train_steps=0", "--train_minutes=0.05")
+    code, stdout, stderr = run(*flags_, "--train_steps=0", "--train_minutes=0.05",
+                               "--ema_decay=0.5", "--export_best")
     assert code == 0, stdout[-3000:] + stderr[-3000:]
+    return tmp_path, stdout
+
+
+@pytest.mark.slow
+def test_a_run_on_a_time_budget_times_itself_and_trains_with_the_warmup_it_announces(timed_run):
+    """The timing for real, in the command: its line gives the seconds per update and the updates
+    they make of the minutes, and the trainer's config records the warm-up the line names."""
+    tmp_path, stdout = timed_run
     assert "timing 12 updates of the model to size the recipe to --train_minutes=0.05" in stdout
     found = re.search(r"^warm-up: (\d+) updates, for a run of about ([\d,]+) updates "
                       r"\(--train_minutes=0.05 at ([\d.]+) s per update, as timed here\)", stdout,
@@ -842,34 +852,40 @@ def test_unwritable_export_dir_fails_before_training(tmp_path):
     assert "[1/6] data" not in stdout and not (tmp_path / "run").exists()
 
 
-def test_full_disk_during_the_export_names_the_stage(tmp_path):
-    # The export stage itself, with the writer failing as on a full disk.
-    code = f"""
-import errno
-import types
-from absl import flags
-from keras_transformer import export
-from trainers import quickstart
+def test_full_disk_during_the_export_names_the_stage(tmp_path, monkeypatch):
+    # The export stage itself, with the writer failing as on a full disk: the stage ends the
+    # program with its one message (a SystemExit carrying it), not with the OSError's traceback.
+    import errno
+    import types
 
-def no_space(*args, **kwargs):
-    raise OSError(errno.ENOSPC, "No space left on device")
+    from absl import flags
+    from absl.testing import flagsaver
 
-export.export_for_serving = no_space
-flags.FLAGS(["quickstart", "--work_dir={tmp_path / 'run'}", "--export_dir={tmp_path / 'saved'}"])
-quickstart.stage_export(translator=types.SimpleNamespace(checkpoint="{tmp_path / 'run' / 'ckpt-1'}"))
-"""
-    status, _, stderr = run(code=code)
-    assert status != 0
-    assert "stage 5/6 'export' failed" in stderr and "No space left on device" in stderr
-    assert "What to do:" in stderr and "trainers.export" in stderr
-    assert "Traceback" not in stderr
+    from keras_transformer import export
+    from trainers import quickstart
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(export, "export_for_serving", no_space)
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", f"--work_dir={tmp_path / 'run'}",
+                     f"--export_dir={tmp_path / 'saved'}"])
+        with pytest.raises(SystemExit) as exit_:
+            quickstart.stage_export(
+                translator=types.SimpleNamespace(checkpoint=str(tmp_path / "run" / "ckpt-1")))
+    message = exit_.value.code
+    assert isinstance(message, str)  # printed on stderr, exit status 1
+    assert "stage 5/6 'export' failed" in message and "No space left on device" in message
+    assert "What to do:" in message and "trainers.export" in message
 
 
 @pytest.mark.slow
-def test_with_a_moving_average_the_better_on_dev_is_evaluated_and_the_best_exported(tmp_path):
-    code, stdout, stderr = run(*small_run_flags(tmp_path, corpus(tmp_path)), "--ema_decay=0.5",
-                               "--export_best")
-    assert code == 0, stdout[-3000:] + stderr[-3000:]
+def test_with_a_moving_average_the_better_on_dev_is_evaluated_and_the_best_exported(timed_run):
+    tmp_path, stdout = timed_run
+    # A run on a time budget makes at least 2 updates (the first ends before the time is looked
+    # at; the update that finds the time up is made, carrying the vote to stop), and
+    # --checkpoint_every_steps=1 saves each: --average_last=2 finds 2 whatever the machine's speed.
     assert "=== [3/6] average: the last 2 checkpoints (section 6.1) and the moving average " \
            "(decay 0.5)" in stdout
     found = re.search(r"^dev BLEU \(8 sentences\): averaged ([\d.]+), moving average ([\d.]+): "
