@@ -338,6 +338,10 @@ def test_a_progress_line_parses_into_its_fields():
     progress.on_dev(40, dict(loss=4.1, nll=3.5, perplexity=math.exp(3.5), accuracy=0.4, bleu=9.81,
                                      chrf=38.27))
     assert "building" in lines[0] and "step 1" in lines[0]
+    assert "XLA" not in lines[0]  # without XLA a new batch shape is not compiled again
+    compiled = []
+    ProgressLine(compiled.append, jit_compile=True).on_begin(0)
+    assert "XLA compiles each new batch shape" in compiled[0]
     first, later = PROGRESS.match(lines[1]), PROGRESS.match(lines[2])
     assert first and later, lines
     assert first["first"] and not later["first"]  # only the first step includes compiling

@@ -89,15 +89,18 @@ class ProgressLine(Callback):
     a dev-BLEU callback, when one runs before this one.
     """
 
-    def __init__(self, write: Callable[[str], None], total_steps: Optional[int] = None):
+    def __init__(self, write: Callable[[str], None], total_steps: Optional[int] = None,
+                 jit_compile: bool = False):
         self.write = write
         self.total_steps = total_steps
+        self.jit_compile = jit_compile
         self._first = None
 
     def on_begin(self, step):
         self._first = step + 1
-        self.write(timestamped(f"step {step + 1}: building the model's step function and compiling "
-                               "it (the first step takes longer; XLA compiles each new batch shape)"))
+        xla = "; XLA compiles each new batch shape" if self.jit_compile else ""
+        self.write(timestamped(f"step {step + 1}: building the model's step function (the first "
+                               f"step takes longer{xla})"))
 
     def on_log(self, step, logs):
         total = f"/{self.total_steps}" if self.total_steps else ""
