@@ -27,7 +27,7 @@ flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "input_pipeline
 flags.DEFINE_integer("train_batches", 200, "Batches timed in the shuffled, repeated run.")
 flags.DEFINE_integer("epochs", 2, "Timed epochs per bucket grid (after one warm-up epoch).")
 flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (one epoch of the dev "
-                  "split, 5 training batches, a 512-subword vocabulary).")
+                  "split, 5 training batches, a 512-subword vocabulary, 1,024-token batches).")
 
 FLAGS = flags.FLAGS
 
@@ -61,7 +61,11 @@ def _row(name, seconds, n, examples, real, padded, shapes):
 
 def main(argv):
     del argv  # console.run has refused stray arguments
-    config = data_flags.data_config(**(dict(vocab_size=512) if FLAGS.smoke else {}))
+    # The smoke run's batches are small: the training batches are drawn from a shuffled, repeated
+    # dev split, and at the default budget (~1,000 short Ding pairs a batch) each of them needs
+    # several passes of it.
+    config = data_flags.data_config(**(dict(vocab_size=512, token_budget=1024) if FLAGS.smoke
+                                       else {}))
     split, epochs, train_batches = ("dev", 1, 5) if FLAGS.smoke else ("train", FLAGS.epochs,
                                                                        FLAGS.train_batches)
     import tensorflow as tf

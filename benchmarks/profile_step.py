@@ -53,7 +53,7 @@ flags.DEFINE_string("output", os.path.join("runs", "benchmarks", "profile.md"), 
 flags.DEFINE_bool("main_job", False, "Profile the main job's step instead of --presets: its preset, "
                   "model options, corpus and batch size (benchmarks.common.MAIN_JOB).")
 flags.DEFINE_bool("smoke", False, "Seconds-long run of every code path (tiny preset, float32, one "
-                  "small batch).")
+                  "small batch; the input pipeline's passes over the dev split).")
 
 MATMUL_TYPES = {"MatMul", "_MklMatMul", "_FusedMatMul", "_MklFusedMatMul", "_MklNativeFusedMatMul",
                 "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_MklBatchMatMul",
@@ -232,12 +232,13 @@ def host_sync_ab(step, batches, rounds):
     return statistics.median(every), statistics.median(once)
 
 
-def pipeline_seconds(config, tokenizer):
+def pipeline_seconds(config, tokenizer, split="train"):
     """The training input pipeline's CPU (all threads) and wall seconds per batch when alone, over a
-    first and a second pass: where the trainer keeps the tokenized pairs, only the first tokenizes."""
+    first and a second pass: where the trainer keeps the tokenized pairs, only the first tokenizes.
+    (The smoke run times the same pipeline over the small dev split.)"""
     from keras_transformer import data
 
-    dataset, passes = data.make_dataset(config, tokenizer, "train", training=True), {}
+    dataset, passes = data.make_dataset(config, tokenizer, split, training=True), {}
     for name in ("first_pass", "second_pass"):
         cpu, wall = time.process_time(), time.perf_counter()
         batches = sum(1 for _ in dataset)
@@ -345,7 +346,7 @@ def main(argv):
         overrides = dict(token_budget=256, vocab_size=512)
     config = data_flags.data_config(xla=False, **overrides)
     tokenizer, batches, padding = common.real_batches(config, count)
-    pipeline, rows = pipeline_seconds(config, tokenizer), []
+    pipeline, rows = pipeline_seconds(config, tokenizer, "dev" if FLAGS.smoke else "train"), []
     with tempfile.TemporaryDirectory(prefix="profile_step_") as scratch:
         logdir = FLAGS.logdir or scratch  # the traces stay only where --logdir says
         for preset in presets:
