@@ -241,16 +241,6 @@ def _padding(batches) -> dict:
     return {"real_tokens": real, "padded_tokens": padded, "padding_fraction": 1 - real / padded}
 
 
-def freeze_smoke_garbage_collection():
-    """Smoke runs: the objects alive now (TensorFlow's modules: some 370,000) are left out of
-    every later garbage collection (``gc.freeze``). PeakMemory's collection before each
-    configuration then still frees the previous configuration's model and functions, in
-    milliseconds instead of a third of a second per configuration."""
-    import gc
-
-    gc.freeze()
-
-
 class PeakMemory:
     """Peak resident memory of this process while the ``with`` block runs: ``bytes`` (the whole
     process, TensorFlow's runtime included) and ``added_bytes`` (above the resident memory at the

@@ -380,13 +380,12 @@ def throughput_rows(model, tokenizer, sentences, sizes, runs, extra_length):
     return rows
 
 
-def sweep_rows(model, tokenizer, batch, lengths, runs, extra_length, uncached_max_length):
-    """The first of --searches on ``batch`` with every output forced to each of ``lengths``,
-    uncached too up to ``uncached_max_length``."""
+def sweep_rows(model, tokenizer, batch, lengths, runs, extra_length):
+    """The first of --searches on ``batch`` with every output forced to each of ``lengths``."""
     search, rows = FLAGS.searches[0], []
     for length in lengths:
         for cached in (True, False):
-            if not cached and length > uncached_max_length:
+            if not cached and length > (lengths[0] if FLAGS.smoke else FLAGS.uncached_max_length):
                 continue
             function = make_search(model, tokenizer, search, cached, False, extra_length,
                                    FLAGS.alpha, forced_length=length)
@@ -446,17 +445,14 @@ def main(argv):
     if FLAGS.inter_op_threads:
         tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
     if FLAGS.smoke:  # every code path once, nothing timed seriously
-        common.freeze_smoke_garbage_collection()
         sizes, lengths, runs, extra_length = ([2], [2], 2), [2, 4], 1, 4
         compared_sizes, compared_count, sweep_batch = [2], 2, 2
-        uncached_max_length = 2  # the sweep's uncached rows: one, and one length left out
     else:
         sizes = ([int(b) for b in FLAGS.batch_sizes], [int(b) for b in FLAGS.uncached_batch_sizes],
                  FLAGS.min_sentences)
         lengths, runs, extra_length = [int(n) for n in FLAGS.lengths], FLAGS.runs, FLAGS.extra_length
         compared_sizes = [int(b) for b in FLAGS.ctranslate2_batch_sizes]
         compared_count, sweep_batch = FLAGS.ctranslate2_sentences, FLAGS.sweep_batch_size
-        uncached_max_length = FLAGS.uncached_max_length
     model, tokenizer, sentences, described = load_model_and_sentences()
     described += (f"; TensorFlow intra-op x inter-op threads: {thread_flags.used()} x "
                   f"{FLAGS.inter_op_threads or os.cpu_count()} (--intra_op_threads, --inter_op_threads)")
@@ -468,7 +464,7 @@ def main(argv):
     compared = (ctranslate2_rows(model, tokenizer, sentences[:compared_count], compared_sizes,
                                  extra_length, runs) if "ctranslate2" in parts else [])
     batch = batches_of(tokenizer, sentences[:sweep_batch], sweep_batch)[0]
-    sweep = (sweep_rows(model, tokenizer, batch, lengths, runs, extra_length, uncached_max_length)
+    sweep = (sweep_rows(model, tokenizer, batch, lengths, runs, extra_length)
              if "sweep" in parts else [])
     machine["load_average_at_end"] = common.machine()["load_average"]
     print(f"\n{described}. Load average at the end: {machine['load_average_at_end'][0]}.\n")

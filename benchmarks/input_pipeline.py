@@ -61,11 +61,7 @@ def _row(name, seconds, n, examples, real, padded, shapes):
 
 def main(argv):
     del argv  # console.run has refused stray arguments
-    # The smoke run's batches are small: the training batches are drawn from a shuffled, repeated
-    # dev split, and at the default budget (~1,000 short Ding pairs a batch) each of them needs
-    # several passes of it.
-    config = data_flags.data_config(**(dict(vocab_size=512, token_budget=1024) if FLAGS.smoke
-                                       else {}))
+    config = data_flags.data_config(**(dict(vocab_size=512, token_budget=1024) if FLAGS.smoke else {}))
     split, epochs, train_batches = ("dev", 1, 5) if FLAGS.smoke else ("train", FLAGS.epochs,
                                                                        FLAGS.train_batches)
     import tensorflow as tf

@@ -233,9 +233,8 @@ def host_sync_ab(step, batches, rounds):
 
 
 def pipeline_seconds(config, tokenizer, split="train"):
-    """The training input pipeline's CPU (all threads) and wall seconds per batch when alone, over a
-    first and a second pass: where the trainer keeps the tokenized pairs, only the first tokenizes.
-    (The smoke run times the same pipeline over the small dev split.)"""
+    """The input pipeline's CPU (all threads) and wall seconds per batch of ``split`` when alone,
+    over two passes: where the trainer keeps the tokenized pairs, only the first tokenizes."""
     from keras_transformer import data
 
     dataset, passes = data.make_dataset(config, tokenizer, split, training=True), {}

@@ -154,17 +154,16 @@ def table_row(row, peaks):
     }
 
 
-def main_job_rows(smoke_overrides, count, runs, peak, read=None):
+def main_job_rows(smoke_overrides, count, runs, peak):
     """The main job's training speed: its preset, model options, corpus and batches, a row per
-    precision of --main_job_precisions (the smoke run keeps its own small corpus, and ``read``:
-    the (tokenizer, batches, padding) the presets' rows without XLA read from it)."""
+    precision of --main_job_precisions (the smoke run keeps its own small corpus)."""
     from keras_transformer.training import resolve_precision
 
     job = common.MAIN_JOB
     corpus = smoke_overrides or {key: job[key] for key in ("dataset", "vocab_size",
                                                             "token_budget", "max_length")}
     config = data_flags.data_config(xla=False, **corpus)
-    tokenizer, batches, padding = read or common.real_batches(config, count)
+    tokenizer, batches, padding = common.real_batches(config, count)
     rows = []
     for precision in dict.fromkeys(map(resolve_precision, FLAGS.main_job_precisions)):
         row = measure(job["preset"], precision, False, tokenizer.vocab_size, batches, runs,
@@ -190,8 +189,7 @@ def report_peak(sample):
 
 
 def measure_rows(presets, precisions, runs, count, peak, overrides):
-    """Every preset's row, the matmul peak sampled after each; (rows, data description, the
-    (tokenizer, batches, padding) read without XLA)."""
+    """Every preset's row, the matmul peak sampled after each; (rows, data description)."""
     configs = {xla: data_flags.data_config(xla=xla, **overrides) for xla in (False, True)}
     # One set per distinct configuration (both XLA settings share one if --bucket_multiple is given).
     by_config = {config: common.real_batches(config, count) for config in set(configs.values())}
@@ -210,7 +208,7 @@ def measure_rows(presets, precisions, runs, count, peak, overrides):
     described = {"dataset": config.dataset, "token_budget": config.token_budget,
                  "vocab_size": tokenizer.vocab_size, "batches": count,
                  "without_xla": batches[False][1], "with_xla": batches[True][1]}
-    return rows, described, by_config[configs[False]]
+    return rows, described
 
 
 def divide_by_the_peak(rows, peak):
@@ -257,17 +255,12 @@ def main(argv):
         presets, runs, count, size, main_job_count = ["tiny"], 1, 1, 256, 1
         overrides = dict(token_budget=256, vocab_size=512)
     machine = common.machine()  # the load average at the start
-    if FLAGS.smoke:
-        common.freeze_smoke_garbage_collection()
     peak = common.MatmulPeak(size)
     report_peak(peak.sample("before"))
-    # No presets: their corpus is neither prepared nor read.
-    rows, described, read = (measure_rows(presets, precisions, runs, count, peak, overrides)
-                             if presets else ([], None, None))
+    rows, described = (measure_rows(presets, precisions, runs, count, peak, overrides) if presets
+                       else ([], None))  # no presets: their corpus is neither prepared nor read
     if FLAGS.main_job:
-        # The smoke run's main job reads the presets' smoke corpus: the batches read already.
-        rows += main_job_rows(overrides, main_job_count, runs, peak,
-                              read if FLAGS.smoke else None)
+        rows += main_job_rows(overrides, main_job_count, runs, peak)
     xla_matmul = None
     if any(row["xla"] for row in rows):  # why XLA's step is slower: its matmul beside oneDNN's
         xla_matmul = peak.xla_sample()
