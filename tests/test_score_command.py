@@ -149,7 +149,7 @@ def test_several_models_named_either_way_score_alike(setup):
     """Comma-separated (`--model_dir=A,B`, `--saved_model=A,B`) or the flag repeated: the same
     models, one column each in the order named (a comma-separated --saved_model was one folder
     named "A,B", and no such folder)."""
-    from test_translate_command import SHIPPED
+    from trainers import shipped
 
     a, b = setup["runs"]
     pairs = [f"--input={setup['pairs']}", "--batch_size=2"]
@@ -164,13 +164,14 @@ def test_several_models_named_either_way_score_alike(setup):
     for row, expected in zip(columns(repeated), want):
         assert row == pytest.approx(expected, abs=2e-4)
 
-    if not os.path.isfile(os.path.join(SHIPPED, "1", "saved_model.pb")):
+    shipped_dir = shipped.shipped_model_dir()
+    if shipped_dir is None:
         pytest.skip("no shipped model in this copy of the project")
     line = b"Opens the Customize dialog.\t\xc3\x96ffnet den Dialog Anpassen.\n"
-    code, comma, stderr = run("score", f"--saved_model={SHIPPED},{SHIPPED}", stdin=line)
+    code, comma, stderr = run("score", f"--saved_model={shipped_dir},{shipped_dir}", stdin=line)
     assert code == 0, stderr
     assert "score: 1 line(s) scored with 2 model(s)." in stderr
-    code, repeated, stderr = run("score", f"--saved_model={SHIPPED}", f"--saved_model={SHIPPED}",
+    code, repeated, stderr = run("score", f"--saved_model={shipped_dir}", f"--saved_model={shipped_dir}",
                                  stdin=line)
     assert code == 0, stderr
     assert columns(repeated) == columns(comma) and len(columns(comma)[0]) == 6
