@@ -103,9 +103,10 @@ def model_weights(prefix):
 
 @pytest.mark.slow
 def test_sigterm_to_one_worker_stops_both_at_one_step_and_the_job_resumes_there(tmp_path, corpus):
-    # Stopped near step 5, the job resumes for 20+ steps: a wrong data position, learning rate or
+    # Stopped near step 5 (a loaded machine may run a few more before the signal lands, hence
+    # the margin), the job resumes for 40-odd steps: a wrong data position, learning rate or
     # optimizer state after the resumption moves the weights far beyond the tolerance below.
-    steps = 30
+    steps = 50
     shared = [f"--model_dir={tmp_path / 'run'}", f"--train_steps={steps}", "--dev_every_steps=0",
               "--dev_bleu_sentences=0", "--checkpoint_every_minutes=60"]
     job = Job(tmp_path, corpus, [shared, shared])
