@@ -4,6 +4,7 @@ order and empty lines survive batching, n-best lists are the search's own, typed
 answered before the input ends, and bad input gets a one-line error, not a traceback."""
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -214,31 +215,20 @@ def test_load_translator_finds_the_vocabulary_and_checkpoint_or_names_what_is_mi
                                 "run's own.")
 
 
-_TRANSLATORS, _SEARCHED = {}, {}
-
-
+@functools.cache
 def run_translator(model_dir, checkpoint=None, **decoding):
     """``runs.load_translator`` of the run with this search, loaded once per model, checkpoint and
     search in this process (a Translator holds no state between calls)."""
     from keras_transformer.runs import load_translator
 
-    key = (model_dir, checkpoint, tuple(sorted(decoding.items())))
-    if key not in _TRANSLATORS:
-        _TRANSLATORS[key] = load_translator(model_dir, checkpoint, DecodingConfig(**decoding))
-    return _TRANSLATORS[key]
+    return load_translator(model_dir, checkpoint, DecodingConfig(**decoding))
 
 
+@functools.cache
 def search_nbest(model_dir, checkpoint=None, **decoding):
     """The search's own n-best lists for the LINES with text, for the weights of ``checkpoint``:
     ``Translator.translate_ids`` detokenized, ``{line: ([text] * beam, [score] * beam)}``. Computed
     once per model, checkpoint and search in this process (the tests only read it)."""
-    key = (model_dir, checkpoint, tuple(sorted(decoding.items())))
-    if key not in _SEARCHED:
-        _SEARCHED[key] = _search_nbest(model_dir, checkpoint, **decoding)
-    return _SEARCHED[key]
-
-
-def _search_nbest(model_dir, checkpoint=None, **decoding):
     translator = run_translator(model_dir, checkpoint, **decoding)
     lines = [line for line in LINES if line.strip()]
     source_ids, _, _ = translator.source_ids(tf.constant(lines))
