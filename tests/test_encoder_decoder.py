@@ -215,6 +215,27 @@ def test_a_keras_masked_memory_masks_its_padding_as_keras_hub_does():
     np.testing.assert_allclose(ours_out, explicit, atol=1e-6)
 
 
+@pytest.mark.parametrize("layer_class", ["DecoderLayer", "Decoder"])
+def test_masks_given_by_position_are_those_given_by_keyword(layer_class):
+    """Keras fills a memory_mask left None by keyword; one given by position, None included,
+    must not collide with it, and a given one must still win over the memory's Keras mask."""
+    layer = (DecoderLayer(D_MODEL, HEADS, D_FF, dropout_rate=0.0) if layer_class == "DecoderLayer"
+             else Decoder(2, dict(d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF, dropout_rate=0.0)))
+    embedding = keras.layers.Embedding(12, D_MODEL, mask_zero=True)
+    source_ids = np.array([[5, 6, 7, 8], [5, 6, 0, 0]])
+    memory = embedding(source_ids)
+    x = RNG.normal(size=(2, 3, D_MODEL)).astype("float32")
+    causal = look_ahead_mask(3)
+    by_keyword = np.asarray(layer(x, memory, self_attention_mask=causal))
+    np.testing.assert_allclose(layer(x, memory, causal, None), by_keyword, atol=1e-6)
+    np.testing.assert_allclose(layer(x, memory, None, None, False), by_keyword, atol=1e-6)
+    no_padding = np.ones((2, 1, 1, 4), bool)
+    np.testing.assert_allclose(layer(x, memory, causal, no_padding),
+                               layer(x, memory, self_attention_mask=causal, memory_mask=no_padding),
+                               atol=1e-6)
+    assert not np.allclose(layer(x, memory, causal, no_padding), by_keyword, atol=1e-3)
+
+
 def test_a_functional_decoder_takes_the_memory_mask_from_keras():
     stack = Decoder(2, dict(d_model=D_MODEL, num_heads=HEADS, d_ff=D_FF, dropout_rate=0.0))
     embedding = keras.layers.Embedding(12, D_MODEL, mask_zero=True)

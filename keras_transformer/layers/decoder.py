@@ -1,6 +1,9 @@
 """The decoder stack (section 3.1): N identical layers of masked self-attention, encoder-decoder
 attention and feed-forward, with a key/value cache for step-by-step decoding."""
 
+import functools
+import inspect
+
 import keras
 from keras import ops
 
@@ -8,8 +11,23 @@ from keras_transformer.layers import masks
 from keras_transformer.layers.sublayers import TransformerLayer, TransformerStack
 
 
+class _MasksByKeyword:
+    """Keras's ``Layer.__call__`` fills a ``memory_mask`` left None with the memory's Keras mask
+    and passes it by keyword, so a None given by position would arrive twice ("got multiple values
+    for argument 'memory_mask'"). Whatever follows x and memory is therefore passed on by keyword."""
+
+    def __call__(self, x, memory, *args, **kwargs):
+        names = _arguments_after_memory(type(self))
+        return super().__call__(x, memory, **dict(zip(names, args)), **kwargs)
+
+
+@functools.cache
+def _arguments_after_memory(layer_class):
+    return tuple(inspect.signature(layer_class.call).parameters)[3:]  # after self, x, memory
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class DecoderLayer(TransformerLayer):
+class DecoderLayer(_MasksByKeyword, TransformerLayer):
     """Masked multi-head self-attention, multi-head attention over the encoder output, then the
     position-wise feed-forward network, each inside a residual sub-layer connection (section 3.1,
     Figure 1 right).
@@ -48,8 +66,7 @@ class DecoderLayer(TransformerLayer):
         (``masks.causal_mask``). As in ``keras.layers.MultiHeadAttention`` (``query_mask``,
         ``value_mask``), Keras fills ``x_mask`` and a ``memory_mask`` left out with the Keras masks
         of x and ``memory`` [batch, length], e.g. those of ``Embedding(mask_zero=True)``; the
-        output carries x's on. So pass the masks by keyword: a positional None collides with what
-        Keras fills in ("got multiple values for argument 'memory_mask'")."""
+        output carries x's on. The masks may be given by position or by keyword."""
         if self_attention_mask is None:
             self_attention_mask = masks.causal_mask(ops.shape(x)[1], x_mask)
         weights = {}
@@ -80,7 +97,7 @@ class DecoderLayer(TransformerLayer):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(TransformerStack):
+class Decoder(_MasksByKeyword, TransformerStack):
     """The decoder: N ``DecoderLayer``s, with a per-layer cache for incremental decoding.
 
     Args:
