@@ -43,6 +43,7 @@ import tensorflow as tf
 
 from keras_transformer import decoding
 from keras_transformer.config import as_python_scalars, is_integer, is_number
+from keras_transformer.tokenizer import dense_ids
 from keras_transformer.weights import exported_version_path
 
 
@@ -155,8 +156,7 @@ class Translator(tf.Module):
         limit = self.max_source_length - 1  # room for EOS
         truncated = pieces.row_lengths() > limit
         pieces = pieces[:, :limit]
-        end = tf.fill([pieces.nrows(), 1], tf.constant(self.tokenizer.end_id, tf.int32))
-        ids = tf.concat([tf.cast(pieces, tf.int32), end], axis=1).to_tensor(self.tokenizer.pad_id)
+        ids, _ = dense_ids(pieces, end=True)
         return ids, truncated, pieces.row_lengths() == 0
 
     def search(self, source_ids, n_best=None, *, greedy=False, max_lengths=None,

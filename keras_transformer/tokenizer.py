@@ -244,6 +244,25 @@ class SubwordTokenizer(tf.Module):
         return self._sp.id_to_string(tf.cast(ids, tf.int32))
 
 
+def dense_ids(pieces: tf.RaggedTensor, *, start: bool = False, end: bool = False):
+    """Ragged subword ids [N, (subwords)] -> (int32 [N, longest row + marks], int32 [N] row
+    lengths), each row with BOS before it (``start``) and EOS after it (``end``), padded with
+    PAD_ID. Built dense rather than by ``tf.concat`` of ragged rows, whose int64 row partitions
+    are transposed: oneDNN refuses an int64 transpose with an error line in the log of every
+    graph that holds one ("supports DT_INT64 only on platforms with AVX-512"), the export's
+    included."""
+    lengths = tf.cast(pieces.row_lengths(), tf.int32)
+    ids = tf.cast(pieces, tf.int32).to_tensor(PAD_ID)
+    if end:
+        ids = tf.pad(ids, [[0, 0], [0, 1]], constant_values=PAD_ID)
+        ids = tf.where(tf.range(tf.shape(ids)[1]) == lengths[:, tf.newaxis], END_ID, ids)
+        lengths += 1
+    if start:
+        ids = tf.pad(ids, [[0, 0], [1, 0]], constant_values=START_ID)
+        lengths += 1
+    return ids, lengths
+
+
 def _shared_model_resource(model_proto: bytes):
     """The SentencePiece processor's resource, named after the model's bytes.
 

@@ -10,7 +10,7 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from keras_transformer import signals
-from keras_transformer.tokenizer import SubwordTokenizer
+from keras_transformer.tokenizer import END_ID, START_ID, SubwordTokenizer, dense_ids
 
 # Real sentence pairs (Ding dictionary examples), both languages, as the vocabulary sees them.
 SENTENCES = [
@@ -116,6 +116,28 @@ def test_saved_model_takes_and_returns_strings(tokenizer, tmp_path):
     loaded = tf.saved_model.load(str(tmp_path / "sm"))
     texts = tf.constant(UNSEEN)
     np.testing.assert_array_equal(loaded.round_trip(texts).numpy(), texts.numpy())
+
+
+def test_dense_ids_are_the_ragged_rows_with_their_marks_and_transpose_no_int64():
+    """Against tf.concat of ragged rows, which builds the same batch: the rows (empty ones among
+    them) with BOS before or EOS after, padded, and their lengths; but dense_ids's graph holds
+    no int64 Transpose, which oneDNN logs an error line for in every graph that has one."""
+    rng = np.random.default_rng(0)
+    spec = tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)
+    for rows in ([[5]], [[], [7, 8, 9]], *([list(rng.integers(4, 50, rng.integers(0, 6)))
+                                           for _ in range(rng.integers(1, 6))] for _ in range(10))):
+        pieces = tf.ragged.constant(rows, dtype=tf.int32, ragged_rank=1, row_splits_dtype=tf.int64)
+        marks = tf.RaggedTensor.from_tensor(tf.ones([len(rows), 1], tf.int32))
+        for kind, reference in (("start", tf.concat([marks * START_ID, pieces], axis=1)),
+                                ("end", tf.concat([pieces, marks * END_ID], axis=1))):
+            ids, lengths = dense_ids(pieces, **{kind: True})
+            np.testing.assert_array_equal(ids, reference.to_tensor())
+            np.testing.assert_array_equal(lengths, reference.row_lengths())
+            assert ids.dtype == lengths.dtype == tf.int32
+    for kind in ("start", "end"):
+        graph = tf.function(lambda r: dense_ids(r, **{kind: True})).get_concrete_function(spec).graph
+        transposes = [op for op in graph.get_operations() if op.type == "Transpose"]
+        assert not [op for op in transposes if op.get_attr("T") == tf.int64], kind
 
 
 def test_bad_vocabulary_sizes_and_files(tmp_path):

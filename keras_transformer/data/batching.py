@@ -25,7 +25,7 @@ from typing import Callable, Optional, Set, Tuple
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.tokenizer import END_ID, PAD_ID, START_ID
+from keras_transformer.tokenizer import PAD_ID, dense_ids
 
 
 def bucket_boundaries(
@@ -85,17 +85,12 @@ def encode_pairs(pairs: tf.data.Dataset, tokenizer, chunk: int = 1024) -> tf.dat
     """
 
     def encode(source_text, target_text):
-        source = tokenizer.tokenize(source_text)
         target = tokenizer.tokenize(target_text)
-        n = tf.shape(source_text)[0]
-        start = tf.RaggedTensor.from_tensor(tf.fill([n, 1], START_ID))
-        end = tf.RaggedTensor.from_tensor(tf.fill([n, 1], END_ID))
-        source = tf.concat([source, end], axis=1)
-        target_input = tf.concat([start, target], axis=1)
-        target_output = tf.concat([target, end], axis=1)
         # Dense + lengths: unbatched ragged rows are not accepted by padded_batch.
-        return (source.to_tensor(), source.row_lengths(), target_input.to_tensor(),
-                target_output.to_tensor(), target_output.row_lengths())
+        source, source_length = dense_ids(tokenizer.tokenize(source_text), end=True)
+        target_input, _ = dense_ids(target, start=True)
+        target_output, target_length = dense_ids(target, end=True)
+        return source, source_length, target_input, target_output, target_length
 
     def trim(source, source_length, target_input, target_output, target_length):
         return (
