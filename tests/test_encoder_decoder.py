@@ -234,6 +234,10 @@ def test_masks_given_by_position_are_those_given_by_keyword(layer_class):
                                layer(x, memory, self_attention_mask=causal, memory_mask=no_padding),
                                atol=1e-6)
     assert not np.allclose(layer(x, memory, causal, no_padding), by_keyword, atol=1e-3)
+    with pytest.raises(TypeError, match="at most 7 positional arguments"):
+        layer(x, memory, causal, None, False, False, None, "one too many")
+    with pytest.raises(TypeError, match="multiple values"):
+        layer(x, memory, causal, memory_mask=None, self_attention_mask=causal)
 
 
 def test_a_functional_decoder_takes_the_memory_mask_from_keras():

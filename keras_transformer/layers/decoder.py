@@ -18,6 +18,9 @@ class _MasksByKeyword:
 
     def __call__(self, x, memory, *args, **kwargs):
         names = _arguments_after_memory(type(self))
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__} takes at most {len(names) + 2} positional "
+                            f"arguments ({len(args) + 2} given)")
         return super().__call__(x, memory, **dict(zip(names, args)), **kwargs)
 
 
