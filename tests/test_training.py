@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import keras
 import numpy as np
@@ -329,6 +330,7 @@ def test_the_time_left_is_paced_by_the_updates_after_the_first_which_also_compil
 def test_a_progress_line_parses_into_its_fields():
     lines = []
     progress = ProgressLine(lines.append, total_steps=100)
+    progress.trainer = SimpleNamespace(config=config("run"))  # the run's config: XLA off
     progress.on_begin(0)
     logs = dict(loss=4.5, accuracy=0.25, learning_rate=7e-4, grad_norm=0.8312,
                 step_seconds=0.52, target_tokens_per_second=6000.4, tokens_per_second=12345.6,
@@ -340,7 +342,9 @@ def test_a_progress_line_parses_into_its_fields():
     assert "building" in lines[0] and "step 1" in lines[0]
     assert "XLA" not in lines[0]  # without XLA a new batch shape is not compiled again
     compiled = []
-    ProgressLine(compiled.append, jit_compile=True).on_begin(0)
+    xla = ProgressLine(compiled.append)
+    xla.trainer = SimpleNamespace(config=config("run", jit_compile=True))
+    xla.on_begin(0)
     assert "XLA compiles each new batch shape" in compiled[0]
     first, later = PROGRESS.match(lines[1]), PROGRESS.match(lines[2])
     assert first and later, lines

@@ -89,16 +89,15 @@ class ProgressLine(Callback):
     a dev-BLEU callback, when one runs before this one.
     """
 
-    def __init__(self, write: Callable[[str], None], total_steps: Optional[int] = None,
-                 jit_compile: bool = False):
+    def __init__(self, write: Callable[[str], None], total_steps: Optional[int] = None):
         self.write = write
         self.total_steps = total_steps
-        self.jit_compile = jit_compile
         self._first = None
 
     def on_begin(self, step):
         self._first = step + 1
-        xla = "; XLA compiles each new batch shape" if self.jit_compile else ""
+        compiled = self.trainer is not None and self.trainer.config.jit_compile
+        xla = "; XLA compiles each new batch shape" if compiled else ""
         self.write(timestamped(f"step {step + 1}: building the model's step function (the first "
                                f"step takes longer{xla})"))
 

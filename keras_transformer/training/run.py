@@ -99,8 +99,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
         sources, references = data.read_pairs(data_config, "dev", dev_bleu_sentences)
         callbacks.append(DevBleu(tokenizer, sources, references, keep_best=keep_best_bleu))
     callbacks += extra_callbacks
-    callbacks.append(ProgressLine(log, training_config.train_steps,
-                                 jit_compile=training_config.jit_compile))
+    callbacks.append(ProgressLine(log, training_config.train_steps))
     if chief:
         callbacks.append(TensorBoard(model_dir))
     log(timestamped(
