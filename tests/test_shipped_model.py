@@ -56,6 +56,21 @@ def test_shipped_model_is_small_and_described():
         assert floor in text
 
 
+def test_the_shipped_graph_transposes_no_int64():
+    """Exported by today's tokenization (``tokenizer.dense_ids``): an export of older code holds
+    int64 Transposes, for which oneDNN logs an error line as a user's first translation starts."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    model = saved_model_pb2.SavedModel()
+    with open(os.path.join(version_folder(), "saved_model.pb"), "rb") as f:
+        model.ParseFromString(f.read())
+    (graph,) = [meta.graph_def for meta in model.meta_graphs]
+    nodes = [*graph.node, *(node for function in graph.library.function for node in function.node_def)]
+    transposes = [node for node in nodes if node.op == "Transpose"]
+    assert transposes, "no Transpose at all: this test no longer looks at the right graph"
+    assert not [node.name for node in transposes if node.attr["T"].type == tf.int64.as_datatype_enum]
+
+
 def test_translate_without_a_model_flag_uses_the_shipped_model(tmp_path):
     import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
 
