@@ -456,8 +456,23 @@ def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation
         assert targets == sorted(set(targets)) and all(t < len(text.split()) for t in targets)
         assert all(0 <= source < len(line.split()) for source, _ in pairs)
         assert pairs or "\ufffd" in text
-    assert_clean_error(run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
-                           "--n_best=2", "--text=Hello."), "--alignments with --n_best=2")
+    # With --n_best, the search's lists, each hypothesis with its own alignment.
+    code, stdout, stderr = run("translate", f"--model_dir={setup['model_dir']}", "--alignments",
+                               f"--input={setup['input']}", "--n_best=2", "--batch_size=2",
+                               "--beam_size=2", "--extra_length=6", "--alignment_layer=-2")
+    assert code == 0, stderr
+    rows = [line.split("\t") for line in stdout.decode("utf-8").split("\n")[:-1]]
+    assert {len(row) for row in rows} == {4}
+    nbest = search_nbest(setup["model_dir"], **BEAM)
+    assert_nbest_lists(parse_nbest("".join(f"{i}\t{s}\t{t}\n" for i, s, t, _ in rows).encode()),
+                       nbest, 2)
+    hypotheses = [(line, text) for line in lines for text in nbest[line][0][:2]]
+    expected = iter(inference.align_in_batches(translator.align_function(0),
+                                               *zip(*hypotheses)))
+    for index, _, _, alignment in rows:
+        pairs = next(expected) if LINES[int(index)].strip() else []
+        assert alignment == " ".join(f"{source}-{target}" for source, target in pairs)
+    assert next(expected, None) is None
     assert_clean_error(run("translate", f"--model_dir={setup['model_dir']}",
                            "--alignment_layer=0", "--text=Hello."),
                        "--alignment_layer: only with --alignments")

@@ -31,7 +31,9 @@ With --alignments each line ends in a tab and the translation's word alignment t
 ``SOURCE-TARGET`` pairs of 0-based word indices (``inference.word_alignment``; docs/decoding.md).
 With --n_best=K > 1 each input gets K lines ``INDEX<TAB>SCORE<TAB>TRANSLATION``, best first, INDEX
 being the 0-based input line number; an empty input line gets the empty translation with score 0,
-then K - 1 lines with score -inf and no text (as does a slot the search could not fill).
+then K - 1 lines with score -inf and no text (as does a slot the search could not fill). With
+--alignments too, each of them ends in a tab and that hypothesis's alignment (fairseq's n-best
+lists with --print-alignment carry one per hypothesis).
 
 Any sampling flag (--sampling_topk, --sampling_topp, --sampling_temperature, --seed) translates
 each input into one random sample instead of the beam's best (``inference.SamplingConfig``),
@@ -86,8 +88,8 @@ flags.DEFINE_bool("alignments", False,
                   "SOURCE-TARGET pairs of 0-based indices of whitespace-separated words (Pharaoh "
                   "format, as fast_align and fairseq write it), each translated word with the "
                   "source word its subwords attended to most in a decoder layer "
-                  "(--alignment_layer; heads averaged, as fairseq and OpenNMT-tf align). Not with "
-                  "--n_best; a SavedModel's model is rebuilt here for it.")
+                  "(--alignment_layer; heads averaged, as fairseq and OpenNMT-tf align); with "
+                  "--n_best, each hypothesis's. A SavedModel's model is rebuilt here for it.")
 flags.DEFINE_integer("alignment_layer", -1,
                      "With --alignments: the decoder layer whose encoder-decoder attention aligns, "
                      "0 the first, negative from the last: -1 the last (fairseq's and OpenNMT-tf's "
@@ -129,9 +131,6 @@ def check_flags():
                              "one translation per input, not an n-best list; drop one of them.")
     if FLAGS["alignment_layer"].present and not FLAGS.alignments:
         raise app.UsageError("--alignment_layer: only with --alignments.")
-    if FLAGS.alignments and FLAGS.n_best > 1:
-        raise app.UsageError(f"--alignments with --n_best={FLAGS.n_best}: alignments are of one "
-                             "translation per input; drop one of them.")
     if FLAGS.saved_model is not None:
         run_flags.check_saved_models(FLAGS.saved_model)
     elif FLAGS.vocab_path is not None:
@@ -159,11 +158,12 @@ def check_exported_beam(beam_size, source):
 def load_translate_fn():
     """``(translate, source, description)``: ``translate(sentences, progress)`` gives one result
     per sentence (``inference.translate_in_batches``'s, or with --n_best > 1
-    ``translate_nbest_in_batches``'s); the model's folder; the model, checkpoint and search
-    settings, for stderr."""
+    ``translate_nbest_in_batches``'s), with --alignments each with its alignment (``aligned``);
+    the model's folder; the model, checkpoint and search settings, for stderr."""
     from keras_transformer import inference, weights
 
     nbest = FLAGS.n_best > 1
+    batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
     # A SavedModel is rebuilt also for sampling and for --alignments (the attention), which no
     # signature of its graph serves.
     if FLAGS.saved_model is not None and not run_flags.rebuilds_saved_model(
@@ -200,24 +200,26 @@ def load_translate_fn():
                 align_fn = translator.align_function(FLAGS.alignment_layer)
             except ValueError as error:
                 raise app.UsageError(f"--{error}") from None
-            return aligned(fn, align_fn), source, description
-    batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
+            return aligned(fn, batches, align_fn), source, description
     return (lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress),
             source, description)
 
 
-def aligned(translate_fn, align_fn):
+def aligned(translate_fn, batches, align_fn):
     """``load_translate_fn``'s ``translate`` for --alignments: each result with its
-    ``"alignment"`` (``inference.word_alignment``'s pairs), found by forced decoding of the
-    translation."""
+    ``"alignments"``, ``inference.word_alignment``'s pairs for each translation printed (the
+    one, or the --n_best list's), found by forced decoding of the translation."""
     from keras_transformer import inference
 
     def translate(sentences, progress=None):
-        results = inference.translate_in_batches(translate_fn, sentences, FLAGS.batch_size, progress)
-        links = inference.align_in_batches(align_fn, sentences,
-                                           [result["translation"] for result in results],
-                                           FLAGS.batch_size)
-        return [{**result, "alignment": pairs} for result, pairs in zip(results, links)]
+        results = batches(translate_fn, sentences, FLAGS.batch_size, progress)
+        hypotheses = [result["translations"][:FLAGS.n_best] if FLAGS.n_best > 1
+                      else [result["translation"]] for result in results]
+        links = iter(inference.align_in_batches(
+            align_fn, [s for s, texts in zip(sentences, hypotheses) for _ in texts],
+            [text for texts in hypotheses for text in texts], FLAGS.batch_size))
+        return [{**result, "alignments": [next(links) for _ in texts]}
+                for result, texts in zip(results, hypotheses)]
 
     return translate
 
@@ -271,14 +273,22 @@ def clean(text):
 
 def format_result(index, result):
     """The output line(s) of input line ``index`` (0-based) for its result."""
+    alignments = result.get("alignments", [None] * FLAGS.n_best)  # None: not asked for
     if FLAGS.n_best > 1:
-        return [f"{index}\t{score:.4f}\t{clean(text)}" for text, score in
-                zip(result["translations"][:FLAGS.n_best], result["scores"][:FLAGS.n_best])]
-    text = clean(result["translation"])
-    if FLAGS.alignments:  # the alignment is the last field: no tab of the translation's before it
-        text = text.replace("\t", " ") + "\t" + " ".join(
-            f"{source}-{target}" for source, target in result["alignment"])
+        return [f"{index}\t{score:.4f}\t{with_alignment(text, pairs)}" for text, score, pairs in
+                zip(result["translations"][:FLAGS.n_best], result["scores"][:FLAGS.n_best],
+                    alignments)]
+    text = with_alignment(result["translation"], alignments[0])
     return [f"{result['score']:.4f}\t{text}" if FLAGS.show_scores else text]
+
+
+def with_alignment(text, pairs):
+    """The translation as printed, with --alignments its alignment ``pairs`` after a tab."""
+    text = clean(text)
+    if not FLAGS.alignments:
+        return text
+    # the alignment is the last field: no tab of the translation's before it
+    return text.replace("\t", " ") + "\t" + " ".join(f"{source}-{target}" for source, target in pairs)
 
 
 def blank_result(index):
@@ -286,8 +296,9 @@ def blank_result(index):
     ``translate_text_nbest``), without running it."""
     if FLAGS.n_best > 1:
         return format_result(index, {"translations": [""] * FLAGS.n_best,
-                                     "scores": [0.0] + [float("-inf")] * (FLAGS.n_best - 1)})
-    return format_result(index, {"translation": "", "score": 0.0, "alignment": []})
+                                     "scores": [0.0] + [float("-inf")] * (FLAGS.n_best - 1),
+                                     "alignments": [[]] * FLAGS.n_best})
+    return format_result(index, {"translation": "", "score": 0.0, "alignments": [[]]})
 
 
 def translate_chunk(translate, lines, first, progress):
