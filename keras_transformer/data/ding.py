@@ -25,10 +25,12 @@ like ``wmt14_translate/de-en`` (features ``en`` and ``de``; splits train/validat
 """
 
 import dataclasses
-import hashlib
+import functools
 import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from keras_transformer.data.offline_builder import hash_split, make_builder_class
 
 # Where `apt-get install trans-de-en` puts the dictionary (a Debian path, not a machine's).
 DEFAULT_DING_FILE = "/usr/share/trans/de-en"
@@ -144,13 +146,7 @@ def extract_pairs(path: str, min_words: int = 3) -> Tuple[List[Tuple[str, str]],
 
 def split_of(source: str) -> str:
     """``"train"``, ``"validation"`` or ``"test"``: a pure function of the source sentence."""
-    digest = hashlib.sha256(source.encode("utf-8")).digest()
-    u = int.from_bytes(digest[:8], "big") / 2.0**64
-    if u < TEST_FRACTION:
-        return "test"
-    if u < TEST_FRACTION + VALIDATION_FRACTION:
-        return "validation"
-    return "train"
+    return hash_split(source, TEST_FRACTION, VALIDATION_FRACTION)
 
 
 def split_pairs(pairs: Sequence[Tuple[str, str]]) -> Dict[str, List[Tuple[str, str]]]:
@@ -189,9 +185,9 @@ def check_source(path: str) -> None:
     extract_pairs(path)
 
 
-def _make_builder_class():
-    from keras_transformer.data.offline_builder import make_builder_class
-
+@functools.cache
+def builder_class():
+    """The TFDS builder class (registered as ``ding_de_en`` on first call)."""
     return make_builder_class(
         "DingDeEn",
         version="1.0.0",
@@ -209,14 +205,3 @@ def _make_builder_class():
         resolve_source=resolve_ding_file,
         load_splits=lambda path: split_pairs(extract_pairs(path)[0]),
     )
-
-
-_BUILDER = None
-
-
-def builder_class():
-    """The TFDS builder class (registered as ``ding_de_en`` on first call)."""
-    global _BUILDER
-    if _BUILDER is None:
-        _BUILDER = _make_builder_class()
-    return _BUILDER

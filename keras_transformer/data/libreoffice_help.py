@@ -26,12 +26,15 @@ page to another split.
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import html
 import html.parser
 import os
 import re
 from typing import Dict, List, Optional, Tuple
+
+from keras_transformer.data.offline_builder import hash_split, make_builder_class
 
 # Where `apt-get install libreoffice-help-en-us libreoffice-help-de` puts the pages (a Debian
 # path, not a machine's).
@@ -197,13 +200,7 @@ def alignment_summary(help_dir: Optional[str] = None) -> str:
 
 def split_of_page(page: str) -> str:
     """``"train"``, ``"validation"`` or ``"test"``: a pure function of the page path."""
-    digest = hashlib.sha256(page.replace(os.sep, "/").encode("utf-8")).digest()
-    u = int.from_bytes(digest[:8], "big") / 2.0**64
-    if u < TEST_FRACTION:
-        return "test"
-    if u < TEST_FRACTION + VALIDATION_FRACTION:
-        return "validation"
-    return "train"
+    return hash_split(page.replace(os.sep, "/"), TEST_FRACTION, VALIDATION_FRACTION)
 
 
 def split_pages(by_page: Dict[str, List[Tuple[str, str]]]) -> Dict[str, List[Tuple[str, str]]]:
@@ -269,9 +266,9 @@ check_source = check_help_dir
 found = holds_pages
 
 
-def _make_builder_class():
-    from keras_transformer.data.offline_builder import make_builder_class
-
+@functools.cache
+def builder_class():
+    """The TFDS builder class (registered as ``libreoffice_help_en_de`` on first call)."""
     return make_builder_class(
         "LibreofficeHelpEnDe",
         version="1.0.0",
@@ -290,14 +287,3 @@ def _make_builder_class():
         resolve_source=resolve_help_dir,
         load_splits=load_splits,
     )
-
-
-_BUILDER = None
-
-
-def builder_class():
-    """The TFDS builder class (registered as ``libreoffice_help_en_de`` on first call)."""
-    global _BUILDER
-    if _BUILDER is None:
-        _BUILDER = _make_builder_class()
-    return _BUILDER

@@ -1,7 +1,8 @@
 """One TFDS builder shape for the offline corpora that come from a Debian package.
 
 Both ``ding_de_en`` and ``libreoffice_help_en_de`` read a local source (a file, a folder)
-instead of downloading, and split it by a rule of their own. :func:`make_builder_class` turns
+instead of downloading, and split it by hashing a key of their own (:func:`hash_split`: the
+source sentence, the help page). :func:`make_builder_class` turns
 such a corpus into a ``tfds.core.GeneratorBasedBuilder`` serving features ``en`` and ``de``
 and splits train/validation/test, exactly like ``wmt14_translate/de-en``; the class name
 decides the TFDS name (``DingDeEn`` -> ``ding_de_en``). Its builders, and the WMT14 ones the
@@ -9,12 +10,26 @@ decides the TFDS name (``DingDeEn`` -> ``ding_de_en``). Its builders, and the WM
 """
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
 from typing import Callable, Dict, List, Optional, Tuple
 
 Pairs = List[Tuple[str, str]]
+
+
+def hash_split(key: str, test_fraction: float, validation_fraction: float) -> str:
+    """``"train"``, ``"validation"`` or ``"test"``: where ``key``'s SHA-256, its first 8 bytes as a
+    fraction of 2**64, falls (below ``test_fraction``: test, then ``validation_fraction`` more:
+    validation). A pure function of the key, so every copy of it lands in one split, on any
+    machine and in any order."""
+    u = int.from_bytes(hashlib.sha256(key.encode("utf-8")).digest()[:8], "big") / 2.0**64
+    if u < test_fraction:
+        return "test"
+    if u < test_fraction + validation_fraction:
+        return "validation"
+    return "train"
 
 
 @contextlib.contextmanager
