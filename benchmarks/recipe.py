@@ -268,10 +268,10 @@ def budgets(names):
                       f"{where['date']}, {os.path.basename(costs_path())})")
         else:
             updates, source = kind["updates"], "the kind's mini updates (the same step cost)"
-        result[name] = ([f"--train_steps={updates}", "--train_minutes=100000",
+        result[name] = ([f"--train_steps={updates}", "--train_minutes=0",
                          f"--mixed_precision={kind['precision']}",
                          f"--checkpoint_every_steps={max(1, updates // 40)}",
-                         "--checkpoint_every_minutes=100000"], updates, source)
+                         "--checkpoint_every_minutes=0"], updates, source)
     return result
 
 

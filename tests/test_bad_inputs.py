@@ -162,6 +162,7 @@ TRAINING_CASES = [
     (["--resume_data=maybe"], "--resume_data"),
     (["--positional=rotary"], "--positional"),
     (["--train_steps=0"], "--train_steps=0 needs --train_minutes"),
+    (["--train_steps=0", "--train_minutes=0"], "--train_steps=0 needs --train_minutes > 0"),
     (["--d_model=100", "--num_heads=8"], "--preset=base"),
     (["--learning_rate_scale=inf"], "--learning_rate_scale=inf"),
     (["--train_minutes=nan"], "--train_minutes=nan"),
@@ -172,8 +173,8 @@ TRAINING_CASES = [
     ("dropout_rate", 1.0), ("attention_dropout", -0.1), ("relu_dropout", 1.5),
     ("label_smoothing", 1.0), ("source_word_dropout", 1.0), ("target_word_dropout", -1.0),
     ("decoder_layerdrop", 2.0), ("num_cpu_devices", -1), ("train_steps", -1),
-    ("train_minutes", 0.0), ("warmup_steps", 0), ("learning_rate_scale", 0.0),
-    ("accumulation_steps", 0), ("checkpoint_every_steps", -1), ("checkpoint_every_minutes", 0.0),
+    ("train_minutes", -1.0), ("warmup_steps", 0), ("learning_rate_scale", 0.0),
+    ("accumulation_steps", 0), ("checkpoint_every_steps", -1), ("checkpoint_every_minutes", -0.5),
     ("keep_checkpoints", 0), ("average_last", -1), ("log_every_steps", 0),
     ("dev_every_steps", -1), ("dev_bleu_sentences", -1)]]
 

@@ -65,6 +65,12 @@ def test_zero_means_none_where_the_config_takes_none(parse):
     assert (config.train_steps, config.train_minutes, config.checkpoint_every_steps,
             config.dev_every_steps, config.early_stopping_patience) == (None, 3.0, None, None,
                                                                        None)
+    # The minutes' 0 too, so that a flagfile's time limit (trainers/cpu.flags) can be lifted.
+    parse("--flagfile=" + os.path.join(ROOT, "trainers", "cpu.flags"), "--train_steps=7",
+          "--train_minutes=0", "--checkpoint_every_minutes=0", "--checkpoint_every_steps=5")
+    config = training_flags.training_config("runs/x")
+    assert (config.train_steps, config.train_minutes, config.checkpoint_every_minutes,
+            config.checkpoint_every_steps) == (7, None, None, 5)
 
 
 # A program's main() up to where TensorFlow would start (make_strategy): every TrainingConfig it

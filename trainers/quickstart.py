@@ -390,8 +390,9 @@ def trained_summary():
 
 
 def stage_train(data_config, training_config, strategy):
-    header("train", f"preset {FLAGS.preset}, {minutes(FLAGS.train_minutes)}"
-           + (f" or {FLAGS.train_steps} steps" if FLAGS.train_steps else ""))
+    limits = ([minutes(FLAGS.train_minutes)] if FLAGS.train_minutes else []) + (
+        [f"{FLAGS.train_steps} steps"] if FLAGS.train_steps else [])
+    header("train", f"preset {FLAGS.preset}, {' or '.join(limits)}")
     summary = trained_summary()
     if summary is not None:
         command, more = train_more(summary["steps"])
@@ -702,7 +703,8 @@ def train_more(steps):
     if not FLAGS.train_steps:
         return this_command("--train_more"), minutes(FLAGS.train_minutes, "more ")
     return (this_command(f"--train_steps={steps + FLAGS.train_steps}", "--train_more"),
-            f"{FLAGS.train_steps:,} more updates (at most {minutes(FLAGS.train_minutes)})")
+            f"{FLAGS.train_steps:,} more updates"
+            + (f" (at most {minutes(FLAGS.train_minutes)})" if FLAGS.train_minutes else ""))
 
 
 def check_train_more():

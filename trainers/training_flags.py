@@ -60,12 +60,13 @@ flags.DEFINE_float("train_minutes", None,
                    "Wall-clock minutes of training for the run in all, as --train_steps counts all "
                    "of its updates (as fairseq's stop-time-hours): resumed after a preemption or a "
                    "SIGTERM it trains what is left; run again once they are used up, it trains "
-                   "nothing (raise it to train more).")
+                   "nothing (raise it to train more). 0: no time limit (then set --train_steps).")
 flags.DEFINE_integer("warmup_steps", 4000, "warmup_steps of Eq. (3).")
 flags.DEFINE_float("learning_rate_scale", 1.0, "Multiplies the learning rate of Eq. (3).")
 flags.DEFINE_integer("accumulation_steps", 1, "Micro-batches per replica summed into one update.")
 flags.DEFINE_integer("checkpoint_every_steps", None, "Also checkpoint every N steps.")
-flags.DEFINE_float("checkpoint_every_minutes", 10.0, "Checkpoint every M minutes (paper: 10).")
+flags.DEFINE_float("checkpoint_every_minutes", 10.0, "Checkpoint every M minutes (paper: 10). 0: "
+                   "not by the clock (--checkpoint_every_steps then, if given; and at the end).")
 flags.DEFINE_integer("keep_checkpoints", 20, "Checkpoints kept in --model_dir (never fewer than "
                      "--average_last).")
 flags.DEFINE_integer("average_last", None, "Average the last N checkpoints at the end; 0: don't. "
@@ -128,8 +129,8 @@ for _name in ("num_cpu_devices", "train_steps", "dev_every_steps", "dev_bleu_sen
     flags.register_validator(_name, lambda v: v >= 0, f"--{_name} must be >= 0.")
 for _name in ("checkpoint_every_steps", "average_last"):
     flags.register_validator(_name, lambda v: v is None or v >= 0, f"--{_name} must be >= 0.")
-for _name in ("train_minutes", "checkpoint_every_minutes"):
-    flags.register_validator(_name, lambda v: v is None or v > 0, f"--{_name} must be positive.")
+for _name in ("train_minutes", "checkpoint_every_minutes"):  # 0: no limit, as the steps' 0
+    flags.register_validator(_name, lambda v: v is None or v >= 0, f"--{_name} must be >= 0.")
 flags.register_validator("learning_rate_scale", lambda v: v > 0,
                          "--learning_rate_scale must be positive.")
 flags.register_validator("ema_decay", lambda v: v is None or 0.0 < v < 1.0,
@@ -158,12 +159,12 @@ def training_config(model_dir: str, keep_only_the_averaged: bool = False):
     try:
         return TrainingConfig(
             model_dir=model_dir, train_steps=FLAGS.train_steps or None,
-            train_minutes=FLAGS.train_minutes, warmup_steps=FLAGS.warmup_steps,
+            train_minutes=FLAGS.train_minutes or None, warmup_steps=FLAGS.warmup_steps,
             learning_rate_scale=FLAGS.learning_rate_scale,
             accumulation_steps=FLAGS.accumulation_steps, jit_compile=FLAGS.xla,
             mixed_precision=resolve_precision(FLAGS.mixed_precision),
             checkpoint_every_steps=FLAGS.checkpoint_every_steps or None,
-            checkpoint_every_minutes=FLAGS.checkpoint_every_minutes,
+            checkpoint_every_minutes=FLAGS.checkpoint_every_minutes or None,
             keep_checkpoints=max(keep, averaged),
             average_last=averaged, log_every_steps=FLAGS.log_every_steps,
             dev_every_steps=FLAGS.dev_every_steps or None, resume_data=FLAGS.resume_data,
@@ -190,8 +191,8 @@ def check(model_dir: Optional[str], data):
             runs.check_data(model_dir, data)
         except ValueError as error:
             raise app.UsageError(f"--{error}") from None
-    if FLAGS.train_steps == 0 and FLAGS.train_minutes is None:
-        raise app.UsageError("--train_steps=0 needs --train_minutes, or training never ends.")
+    if not FLAGS.train_steps and not FLAGS.train_minutes:
+        raise app.UsageError("--train_steps=0 needs --train_minutes > 0, or training never ends.")
     if FLAGS.export_best and not FLAGS.dev_bleu_sentences:
         raise app.UsageError("--export_best exports on the best dev BLEU: it needs "
                              "--dev_bleu_sentences > 0.")

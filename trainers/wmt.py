@@ -76,7 +76,7 @@ def check_dataset_choice():
     """Base for 100k steps on an offline corpus is said out loud."""
     offline = FLAGS.dataset not in WMT14_DATASETS
     if offline and FLAGS.preset in ("base", "big") and not FLAGS["train_steps"].present and (
-            FLAGS.train_minutes is None):
+            not FLAGS.train_minutes):
         print(f"wmt: note: --preset={FLAGS.preset} for {FLAGS.train_steps:,} steps is the paper's "
               f"WMT setup; on {FLAGS.dataset} it would take days and overfit; " + OFFLINE_HINT
               + ".", file=sys.stderr, flush=True)

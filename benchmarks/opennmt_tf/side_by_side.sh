@@ -32,7 +32,7 @@ ours() {
   "$PYTHON" -m trainers.wmt --dataset=libreoffice_help_en_de --vocab_size=2000 --max_length=64 \
     --token_budget=2048 --preset=mini --dropout_rate=0.1 --norm_first --warmup_steps=200 \
     --mixed_precision=float32 --train_steps="$STEPS" --log_every_steps=50 --dev_every_steps=0 \
-    --dev_bleu_sentences=0 --checkpoint_every_minutes=100000 --model_dir=$WORK/ours \
+    --dev_bleu_sentences=0 --checkpoint_every_minutes=0 --model_dir=$WORK/ours \
     > $WORK/ours-$1.log 2>&1 || failed ours $1
   "$PYTHON" -m benchmarks.opennmt_tf.throughput --log=$WORK/ours-$1.log --last="$STEPS"
 }
