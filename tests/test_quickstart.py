@@ -262,6 +262,24 @@ def test_a_command_it_shows_replaces_the_flags_given_in_either_form(monkeypatch)
         "--train_more")
 
 
+def test_the_train_more_hint_names_the_minutes_only_where_they_limit(monkeypatch):
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from trainers import quickstart
+
+    monkeypatch.setattr(sys, "argv", ["quickstart.py", "--train_steps=4", "--model_dir=runs/a"])
+    hints = {}
+    for minutes in ("20", "0"):
+        with flagsaver.flagsaver():
+            flags.FLAGS(["quickstart", "--train_steps=4", "--model_dir=runs/a",
+                         f"--train_minutes={minutes}"])
+            hints[minutes] = quickstart.train_more(4)
+    command = "python -m trainers.quickstart --model_dir=runs/a --train_steps=8 --train_more"
+    assert hints == {"20": (command, "4 more updates (at most 20 minutes)"),
+                     "0": (command, "4 more updates")}
+
+
 def test_a_budget_it_shows_is_in_minutes_or_one_minute():
     from trainers import quickstart
 
