@@ -154,6 +154,33 @@ def test_the_step_limit_comes_first_when_it_is_nearer(tmp_path):
     assert summary["early_stopping"]["evaluations_without_improvement"] == 2
 
 
+def test_the_evaluation_at_the_end_off_the_grid_counts_too(tmp_path):
+    # dev_every_steps=2: evaluations at 2, 4 and 6, and the run's end at 7 is evaluated as well
+    better, worse = tmp_path / "better", tmp_path / "worse"
+    script = ScriptedDevLoss([3.0, 3.5, 3.6, 1.0])
+    summary = Trainer(TINY, early_config(better, train_steps=7)).fit(
+        batches, dev_batches, callbacks=[script])
+    assert script.steps == [2, 4, 6, 7] and summary["stop_reason"] == "train_steps"
+    assert summary["early_stopping"] == dict(summary["early_stopping"], best=1.0, best_step=7,
+                                             evaluations_without_improvement=0)
+
+    script = ScriptedDevLoss([3.0, 3.5, 3.6, 3.7])
+    summary = Trainer(TINY, early_config(worse, train_steps=7)).fit(
+        batches, dev_batches, callbacks=[script])
+    assert summary["stop_reason"] == "train_steps"  # what ended it; the patience ran out with it
+    assert summary["early_stopping"]["evaluations_without_improvement"] == 3
+    # A raised step limit trains nothing more, and says that the patience is what ends it.
+    lines, unused = [], ScriptedDevLoss([0.5] * 5)
+    again = Trainer(TINY, early_config(worse, train_steps=20)).fit(
+        batches, dev_batches, callbacks=[unused, ProgressLine(lines.append, 20)])
+    assert unused.steps == [] and again["steps"] == 7 and again["ended_before"]
+    assert again["stop_reason"] == "early_stopping"
+    assert lines[-1].endswith(
+        "step 7: nothing to train, this run had already stopped here (early_stopping: dev loss "
+        "did not improve by more than 0 for 3 evaluation(s) (patience 3); best 3 at step 2); its "
+        "checkpoints and summary are as they were"), lines
+
+
 def test_early_stopping_without_a_dev_set_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="needs a dev set"):
         Trainer(TINY, early_config(tmp_path)).fit(batches)

@@ -410,6 +410,9 @@ class Trainer:
         if (recorded.get("steps") != self.step or recorded.get("stop_reason") not in (
                 "train_steps", "train_minutes", "early_stopping")):
             return None
+        if stopped and not (reached or out_of_time):
+            # A raised limit: what ends the run now is the patience its last evaluation used up.
+            return dict(recorded, ended_before=True, stop_reason="early_stopping")
         return dict(recorded, ended_before=True)
 
     def _seconds_left(self) -> Optional[float]:
@@ -554,8 +557,12 @@ class Trainer:
             # The last stages end at once on a signal; the checkpoint above is what counts.
             try:
                 if dev_data is not None and run["dev_logs"].get("step") != step:
-                    run["dev_logs"] = (self._evaluate_unless_stopped(dev_data, step, callbacks)
-                                       or run["dev_logs"])
+                    logs = self._evaluate_unless_stopped(dev_data, step, callbacks)
+                    run["dev_logs"] = logs or run["dev_logs"]
+                    # It counts for early stopping as every evaluation does (as in fairseq and
+                    # OpenNMT-tf), so the best it records is the best of them all, as best/ckpt is.
+                    if logs and self.early_stopping is not None:
+                        self._stops_early(logs, step)
                 with signals.raising():
                     if config.ema_decay and self.chief:
                         run["ema"] = self.write_moving_average()
