@@ -183,7 +183,8 @@ def step_costs(names, precision):
     """Seconds per update of each row's model on its own real batches of the main job's corpus
     (its vocabulary, token budget and length limit), timed here in ``precision``: a first pass
     traces, then three passes in turns over the rows, so a drift of the machine's load falls on
-    all of them alike; the median pass."""
+    all of them alike; the fastest pass (timeit's rule: a slower one is another process's share
+    of the cores, not the update's cost)."""
     import dataclasses
 
     import keras_transformer as kt
@@ -212,7 +213,7 @@ def step_costs(names, precision):
     for _ in range(3):
         for name, (step, batches) in steps.items():
             passes[name].append(speed.timed_pass(step, batches)[0])
-    return {name: statistics.median(times) for name, times in passes.items()}
+    return {name: min(times) for name, times in passes.items()}
 
 
 def costs_path():

@@ -171,6 +171,26 @@ def check_data(model_dir: str, asked) -> None:
             f"model_dir (init_from={model_dir} starts from its weights).")
 
 
+def data_to_resume(model_dir: Optional[str], asked):
+    """``asked`` (a DataConfig, after ``check_data``) with its held-out splits sized as the run in
+    ``model_dir`` sized them when it started (``data.sized_as`` its record); a new run
+    (``model_dir`` None, or without checkpoints) or one recorded before runs kept the count: as
+    its training file is now, which the run then records."""
+    from keras_transformer import data
+
+    recorded = None
+    if asked.holds_out() and model_dir is not None:
+        try:
+            recorded = data_config(read_config(model_dir))
+        except (OSError, ValueError):  # no run there (a new one), or not one this version reads
+            pass
+        if recorded is not None:
+            import tensorflow as tf
+
+            recorded = recorded if tf.train.latest_checkpoint(model_dir) else None
+    return data.sized_as(asked, recorded)
+
+
 def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
     """The checkpoint prefix to restore. ``None``: the first of ``DEFAULT_ORDER`` the run has
     (see ``default_checkpoint``); ``"latest"``: the latest of ``model_dir``; ``"averaged"``:

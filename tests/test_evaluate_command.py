@@ -5,6 +5,7 @@ corpus_chrf. And which test set the
 command scores when no data flag is given: the corpus the export or run records."""
 
 import json
+import dataclasses
 import os
 import re
 import shutil
@@ -266,6 +267,39 @@ def test_wmt_ends_with_the_summarys_figures_and_no_dev_loss_without_dev_data(tra
                       f"{os.path.join('runs/files', 'summary.json')}")
 
 
+def test_the_training_commands_data_flags_keep_the_runs_held_out_split(tmp_path):
+    """--model_dir with the data flags of the training command: its held-out splits sized as the
+    run sized them (the count of pairs it recorded), though pairs were removed from the file
+    since; other data flags take the file as it is."""
+    import tensorflow as tf
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer import data, runs
+    from keras_transformer.config import TransformerConfig
+    from trainers import evaluate
+
+    rows = [(f"the number {i} is small", f"die Zahl {i} ist klein") for i in range(3000)]
+    write_pairs(tmp_path / "train.tsv", rows)
+    started = data.sized_as(data.DataConfig(dataset="files", train_data=str(tmp_path / "train.tsv"),
+                                            data_dir=str(tmp_path / "data")))
+    run_dir = str(tmp_path / "run")
+    runs.write_json(os.path.join(run_dir, runs.CONFIG_FILE),
+                    {"model": TransformerConfig.from_preset("tiny", vocab_size=320).to_dict(),
+                     "data": dataclasses.asdict(started)})
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), run_dir, 1).save()
+    write_pairs(tmp_path / "train.tsv", rows[:1000])
+    counts = []
+    for other in ([], [f"--dev_data={tmp_path / 'train.tsv'}"]):
+        with flagsaver.flagsaver():
+            flags.FLAGS(["evaluate", f"--model_dir={run_dir}", "--dataset=files",
+                         f"--train_data={tmp_path / 'train.tsv'}", f"--data_dir={tmp_path / 'data'}",
+                         *other])
+            given_data, _ = evaluate.check_flags()
+        counts.append(given_data.hold_out_pairs or data.hold_out_pairs(given_data))
+    assert counts == [len(rows), 1000]
+
+
 def scored(stdout, base, output):
     """(the 'data:' line, the number of sentences, the printed sacreBLEU, the hypotheses)."""
     data_line = re.search(r"^data: .*$", stdout, re.M)
@@ -283,6 +317,8 @@ def test_an_export_alone_is_scored_on_the_test_split_it_was_trained_with(trained
         recorded = json.load(stream)
     with open(base / "runs" / "files" / "config.json") as stream:
         assert recorded["data"] == json.load(stream)["data"]  # the run's own record, paths as given
+    # and the count of training pairs its held-out shares are sized by, kept on a resume
+    assert recorded["data"]["hold_out_pairs"] == len(TRAIN_PAIRS)
     # The weights: the run's averaged checkpoint, which trainers.wmt --export_dir exports.
     assert recorded["checkpoint"] == os.path.join("runs/files", "averaged", "ckpt")
     code, stdout, stderr = run("--saved_model=saved_models/files", "--output=hyp.txt", cwd=base)

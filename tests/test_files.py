@@ -241,6 +241,46 @@ def test_a_single_training_file_holds_out_dev_and_test_by_the_source_sentence(tm
     assert set(grown_splits["test"]) - set(rows)  # new pairs come in
 
 
+def test_a_run_keeps_its_held_out_splits_when_its_file_is_cut_short(tmp_path, monkeypatch):
+    """Pairs removed from a run's training file after it started: sized by the count now, the
+    held-out shares would grow and take pairs the run trained on; the run sizes them by the count
+    it recorded (``runs.data_to_resume``), so its dev and test pairs are its old ones still there.
+    A new run, and a folder without checkpoints, size them by the file now."""
+    import tensorflow as tf
+
+    from keras_transformer import runs
+
+    monkeypatch.setattr(files, "HELD_OUT_PAIRS", {"test": 100, "dev": 50})
+    rows = held_out_corpus(tmp_path / "train.tsv", 4000)
+    asked = data.DataConfig(dataset="files", train_data=str(tmp_path / "train.tsv"),
+                            data_dir=str(tmp_path))
+    model_dir = str(tmp_path / "run")
+    started = runs.data_to_resume(model_dir, asked)
+    assert started == dataclasses.replace(asked, hold_out_pairs=len(rows))
+    splits = splits_of(started)
+    assert splits == splits_of(asked)
+    runs.write_json(os.path.join(model_dir, runs.CONFIG_FILE), {"data": dataclasses.asdict(started)})
+    assert runs.data_to_resume(model_dir, asked).hold_out_pairs == len(rows)  # no checkpoint yet
+    write(tmp_path / "train.tsv", "".join(f"{s}\t{t}\n" for s, t in rows[:1500]))
+    assert runs.data_to_resume(model_dir, asked).hold_out_pairs == 1500
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), model_dir, 1).save()
+
+    assert set(splits_of(asked)["test"]) & set(splits["train"])  # what the count now would do
+    resumed = runs.data_to_resume(model_dir, asked)
+    assert resumed.hold_out_pairs == len(rows)
+    kept, remaining = splits_of(resumed), set(rows[:1500])
+    for split in data.SPLITS:
+        assert kept[split] == [row for row in splits[split] if row in remaining], split
+    assert runs.data_to_resume(None, asked).hold_out_pairs == 1500
+    # the training command's flags name the run's corpus: its splits (trainers.evaluate)
+    assert data.sized_as(asked, resumed) == resumed
+    assert data.sized_as(dataclasses.replace(asked, dev_data=asked.train_data),
+                         resumed).hold_out_pairs == 1500  # another corpus
+    # own files without held-out splits, and the other corpora, are as they were asked
+    for config in (dataclasses.replace(asked, hold_out=False), data.DataConfig()):
+        assert runs.data_to_resume(model_dir, config) is config
+
+
 def test_a_split_given_is_read_from_its_file_and_only_the_others_are_held_out(tmp_path):
     rows = held_out_corpus(tmp_path / "train.tsv", 3000)
     test_file = write(tmp_path / "test.tsv", "Ein Test.\tA test.\n")

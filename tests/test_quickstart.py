@@ -499,6 +499,33 @@ def test_the_data_stage_gets_the_vocabulary_size_of_the_run_it_resumes(monkeypat
     assert reached.value.args[0].vocab_size == earlier
 
 
+def test_the_data_stage_keeps_a_resumed_runs_held_out_splits(tmp_path):
+    """The data stage, whose config every later stage reads (training, dev choice, test BLEU,
+    floors), sizes a resumed run's held-out splits by the count the run recorded, not by its
+    training file now (which lost pairs since)."""
+    import tensorflow as tf
+    from absl import flags
+    from absl.testing import flagsaver
+
+    from keras_transformer import data, runs
+    from trainers import quickstart
+
+    path, run_dir = tmp_path / "train.tsv", tmp_path / "run"
+    rows = [f"the number {i} is small\tdie Zahl {i} ist klein\n" for i in range(3000)]
+    path.write_text("".join(rows), encoding="utf-8")
+    config = data.DataConfig(dataset="files", train_data=str(path), data_dir=str(tmp_path / "data"),
+                             vocab_size=320, max_length=24, token_budget=256)
+    runs.write_json(str(run_dir / runs.CONFIG_FILE), {"data": dataclasses.asdict(
+        data.sized_as(config))})
+    tf.train.CheckpointManager(tf.train.Checkpoint(step=tf.Variable(1)), str(run_dir), 1).save()
+    path.write_text("".join(rows[:1000]), encoding="utf-8")
+    with flagsaver.flagsaver():
+        flags.FLAGS(["quickstart", f"--model_dir={run_dir}", "--dataset=files",
+                     f"--train_data={path}", f"--data_dir={tmp_path / 'data'}"])
+        staged, counts = quickstart.stage_data(config)
+    assert staged.hold_out_pairs == len(rows) and sum(counts.values()) == 1000
+
+
 @pytest.mark.parametrize("bf16_cpu", [True, False])
 def test_a_fine_tuned_run_has_its_source_model_and_is_timed_with_it(monkeypatch, tmp_path,
                                                                     bf16_cpu):

@@ -234,6 +234,11 @@ def check_flags():
                 raise
             raise app.UsageError(f"{error} (dataset={recorded.dataset!r}: the one {origin} "
                                  "records, as --dataset is not given)") from None
+        if recorded is not None and recorded.hold_out_pairs:
+            from keras_transformer import data
+
+            # the training command's own flags: its held-out splits, as the run sized them
+            given_data = data.sized_as(given_data, recorded)
     if not FLAGS.saved_model:
         run_flags.check_runs()
     return given_data, record

@@ -312,13 +312,14 @@ def write_file(stage, path, text):
 
 def stage_data(config):
     header("data", "corpus and shared subword vocabulary")
-    from keras_transformer import data
+    from keras_transformer import data, runs
     from keras_transformer.training import run
 
     # The vocabulary training will use: a fine-tuned run's is its source's, not one of this corpus.
     model_dir = None if FLAGS.overwrite else FLAGS.model_dir  # --overwrite: no copy to resume with
     try:
         data_flags.fetch_corpus(config, say)  # one command from nothing, outside a clone too
+        config = runs.data_to_resume(model_dir, config)
         tokenizer, _, _, origin = run.run_vocabulary(config, model_dir, FLAGS.init_from)
         counts = {}
         for split in data.SPLITS:

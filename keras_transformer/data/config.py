@@ -52,6 +52,10 @@ class DataConfig:
     ``subword_sampling``: BPE-dropout probability for the training batches only (0: off).
     ``hold_out``: own files only: a dev or test split without a file of its own is held out of
     ``train_data`` (``data/files.py``, "Held-out splits"); False trains on every pair of it.
+    ``hold_out_pairs``: the count of ``train_data``'s pairs the held-out shares are sized by
+    (None: its count now). Not a flag: a run records the count it started with and keeps it
+    (``data.sized_as``), so that lines later added to or removed from the file cannot move
+    a pair it trained on into its dev or test split.
     """
 
     dataset: str = DING_DATASET
@@ -68,6 +72,7 @@ class DataConfig:
     bucket_multiple: int = 8
     subword_sampling: float = 0.0
     hold_out: bool = True
+    hold_out_pairs: Optional[int] = None
     seed: int = 1
 
     def __post_init__(self):
@@ -120,6 +125,8 @@ class DataConfig:
             raise ValueError(f"subword_sampling={self.subword_sampling}: must be in [0, 1).")
         if not self.data_dir:
             raise ValueError("data_dir='': must name a directory.")
+        if self.hold_out_pairs is not None and self.hold_out_pairs < 1:
+            raise ValueError(f"hold_out_pairs={self.hold_out_pairs}: must be positive.")
 
     @property
     def effective_vocab_size(self) -> int:

@@ -6,6 +6,7 @@ vocabulary of the training text, learned once and reused), :func:`make_dataset` 
 :func:`make_distributed_dataset_fn` (batches as section 5.1).
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -126,7 +127,7 @@ def load_text_pairs(config: DataConfig, split: str, limit: Optional[int] = None)
     if split in held_out or (split == "train" and held_out):
         training_file = files.parse_spec(config.train_data, "train_data")
         total = files.check(training_file)
-        pairs = files.hold_out(files.load(training_file), total, split, held_out)
+        pairs = files.hold_out(files.load(training_file), hold_out_pairs(config), split, held_out)
         if split != "train" and not any(True for _ in pairs.take(1)):
             raise ValueError(
                 f"train_data={config.train_data!r}: no {split} pairs held out of it: its {total} "
@@ -150,12 +151,32 @@ def load_text_pairs(config: DataConfig, split: str, limit: Optional[int] = None)
 
 def held_out_splits(config: DataConfig) -> Tuple[str, ...]:
     """The splits held out of ``config``'s training file (``data/files.py``, "Held-out splits"):
-    those of ``config.holds_out()``, when the file has enough pairs to hold them out of."""
+    those of ``config.holds_out()``, when the file has enough pairs to hold them out of
+    (``hold_out_pairs``, else its count now)."""
     splits = config.holds_out()
-    if splits and files.check(files.parse_spec(config.train_data, "train_data")) < \
-            files.HELD_OUT_MIN_PAIRS:
+    if splits and hold_out_pairs(config) < files.HELD_OUT_MIN_PAIRS:
         return ()
     return splits
+
+
+def hold_out_pairs(config: DataConfig) -> int:
+    """The count of pairs ``config``'s held-out shares are sized by: ``config.hold_out_pairs``,
+    else the count of its training file now (which this validates)."""
+    count = files.check(files.parse_spec(config.train_data, "train_data"))
+    return config.hold_out_pairs or count
+
+
+def sized_as(config: DataConfig, recorded: Optional[DataConfig] = None) -> DataConfig:
+    """``config`` with the count its held-out shares are sized by (``hold_out_pairs``) set: the
+    count ``recorded`` (a run's record) sized them by where it names the same corpus, so that
+    pairs added to or removed from the training file since cannot move a pair the run trained
+    on into its dev or test split; else its own, or the file's count now. Configs without
+    held-out splits are returned as they are."""
+    if not config.holds_out():
+        return config
+    if recorded is not None and recorded.hold_out_pairs and recorded.corpus() == config.corpus():
+        return dataclasses.replace(config, hold_out_pairs=recorded.hold_out_pairs)
+    return dataclasses.replace(config, hold_out_pairs=hold_out_pairs(config))
 
 
 def splits_note(config: DataConfig) -> str:

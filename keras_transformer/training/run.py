@@ -53,6 +53,7 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
     # The model settings first: a typo costs a second, not a vocabulary learned in vain.
     run_model_config(preset, model_overrides, data_config.effective_vocab_size, data_config)
     runs.check_data(training_config.model_dir, data_config)
+    data_config = runs.data_to_resume(training_config.model_dir, data_config)
     init_from.check_resumed(training_config.model_dir, training_config.init_from)
     tokenizer, data_config, init_info = _vocabulary(data_config, training_config)
     train_fn = data.make_distributed_dataset_fn(data_config, tokenizer, "train", training=True,
