@@ -172,10 +172,10 @@ def check_data(model_dir: str, asked) -> None:
 
 
 def data_to_resume(model_dir: Optional[str], asked):
-    """``asked`` (a DataConfig, after ``check_data``) with its held-out splits sized as the run in
-    ``model_dir`` sized them when it started (``data.sized_as`` its record); a new run
-    (``model_dir`` None, or without checkpoints) or one recorded before runs kept the count: as
-    its training file is now, which the run then records."""
+    """``asked`` (a DataConfig, after ``check_data``) with its held-out splits sized by the count
+    the run in ``model_dir`` recorded when it started (``data.sized_as``); for a new run
+    (``model_dir`` None, or without checkpoints) or one recorded before runs kept the count, by
+    its training file now, the count the run then records."""
     from keras_transformer import data
 
     recorded = None
