@@ -183,8 +183,7 @@ def step_costs(names, precision):
     """Seconds per update of each row's model on its own real batches of the main job's corpus
     (its vocabulary, token budget and length limit), timed here in ``precision``: a first pass
     traces, then three passes in turns over the rows, so a drift of the machine's load falls on
-    all of them alike; the fastest pass (timeit's rule: a slower one is another process's share
-    of the cores, not the update's cost)."""
+    all of them alike; the fastest pass (a slower one had other processes on its cores)."""
     import dataclasses
 
     import keras_transformer as kt
