@@ -144,19 +144,29 @@ def data_config(run: dict):
         return None
 
 
+def resumed_data(model_dir: Optional[str]):
+    """The DataConfig recorded by the run that ``model_dir`` resumes, or None: no run there (a new
+    one, or ``model_dir`` None), no checkpoint yet, or a config.json that records no data (or one
+    this version does not read)."""
+    if model_dir is None:
+        return None
+    try:
+        recorded = data_config(read_config(model_dir))
+    except (OSError, ValueError):
+        return None
+    import tensorflow as tf  # only now: a run with a record resumes, and TensorFlow reads its index
+
+    return recorded if recorded is not None and tf.train.latest_checkpoint(model_dir) else None
+
+
 def check_data(model_dir: str, asked) -> None:
     """A run resumes on the sentence pairs it trained on: ``asked`` (a DataConfig) must name them
     as its record does (``DataConfig.corpus``). The record names one corpus, whose test split
     evaluate and the floors read; other pairs are a new run's (``init_from`` starts it from this
     one's weights). A ValueError names what differs; a new run, or one whose config.json records
     no data, passes."""
-    try:
-        recorded = data_config(read_config(model_dir))
-    except (OSError, ValueError):  # no run there (a new one), or not one this version reads
-        return
-    import tensorflow as tf  # only now: a run with a record resumes, and TensorFlow reads its index
-
-    if recorded is None or not tf.train.latest_checkpoint(model_dir):
+    recorded = resumed_data(model_dir)
+    if recorded is None:
         return
     trained, given = recorded.corpus(), asked.corpus()
     changed = [name for name in trained if given[name] != trained[name]]
@@ -178,17 +188,7 @@ def data_to_resume(model_dir: Optional[str], asked):
     its training file now, the count the run then records."""
     from keras_transformer import data
 
-    recorded = None
-    if asked.holds_out() and model_dir is not None:
-        try:
-            recorded = data_config(read_config(model_dir))
-        except (OSError, ValueError):  # no run there (a new one), or not one this version reads
-            pass
-        if recorded is not None:
-            import tensorflow as tf
-
-            recorded = recorded if tf.train.latest_checkpoint(model_dir) else None
-    return data.sized_as(asked, recorded)
+    return data.sized_as(asked, resumed_data(model_dir) if asked.holds_out() else None)
 
 
 def resolve_checkpoint(model_dir: str, checkpoint: Optional[str] = None) -> str:
