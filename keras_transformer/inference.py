@@ -16,13 +16,14 @@ functions are what the SavedModel exports:
 - ``score_text(sources, targets)``: two ``tf.string [batch]`` -> the targets' log-probabilities by
   forced decoding, ``{"log_prob", "tokens", "nll_per_token", "truncated"}``; ``score_ids`` the same
   from ids, core TensorFlow ops only;
-- ``align_text(sources, translations)``: what their word alignment is read from (a decoder layer's
-  attention, the last by default, by forced decoding, ``cross_attention``; ``word_alignment``), not
-  exported.
+- ``align_text(sources, translations)``: two ``tf.string [batch]`` -> their word alignment,
+  ``{"alignments", "source_words", "attention"}``, from a decoder layer's attention (the last by
+  default) by forced decoding (``cross_attention``, ``word_alignment``, ``pharaoh``).
 
 Each as a ``tf.function`` over its input signature (``text_function()``, ``ids_function()``,
-``nbest_function()``, ``score_function()``, ``score_ids_function()``) is made once per translator and
-traced at its first call; it reads the model's variables when it runs, so it follows the weights.
+``nbest_function()``, ``score_function()``, ``score_ids_function()``, ``align_function()``) is made
+once per translator and traced at its first call; it reads the model's variables when it runs, so it
+follows the weights.
 
 Inputs are answered, never crashed on: invalid UTF-8 is replaced by U+FFFD before tokenisation,
 characters never seen in training are spelled as bytes by the tokenizer, an empty or whitespace-only
@@ -35,7 +36,6 @@ import dataclasses
 import functools
 import json
 import os
-import re
 from typing import Callable, List, Sequence
 
 import numpy as np
@@ -103,6 +103,8 @@ SCORE_INPUT_SPECS = [tf.TensorSpec([None], tf.string, name="sources"),
 SCORE_IDS_INPUT_SPECS = [IDS_INPUT_SPEC,
                          tf.TensorSpec([None, None], tf.int32, name="target_ids")]
 SCORE_SIGNATURE, SCORE_IDS_SIGNATURE = "score", "score_ids"
+# align_text's (of the last decoder layer), on the inputs of score_text.
+ALIGN_SIGNATURE = "align"
 
 
 class Translator(tf.Module):
@@ -354,13 +356,13 @@ class Translator(tf.Module):
         return self._function("score_ids", self.score_ids, SCORE_IDS_INPUT_SPECS)
 
     def align_text(self, sources, targets, layer=-1):
-        """Sentence pairs, ``tf.string`` [batch] each (a source and its translation) -> what
-        their word alignment is found from by forced decoding (``word_alignment`` turns one row
-        into word pairs): ``"attention"``, float32 [batch, T, S], the ``cross_attention`` of the
-        model's decoder layer ``layer`` (-1: the last); ``"sources"`` and ``"targets"``, the
-        texts as tokenized (invalid UTF-8 replaced, spaces stripped: as ``score_text`` reads
-        them); ``"source_spans"`` and ``"target_spans"``, int64 [batch, S or T, 2], each
-        subword's byte span in its text, -1 for EOS and padding. With an ensemble, the first
+        """Sentence pairs, ``tf.string`` [batch] each (a source and its translation) -> their word
+        alignment by forced decoding: ``"alignments"``, tf.string [batch], ``pharaoh``'s pairs;
+        ``"source_words"``, int32 [batch, target words], ``word_alignment``'s source word of each
+        target word (-1: none); ``"attention"``, float32 [batch, T, S], the ``cross_attention`` of
+        the model's decoder layer ``layer`` (-1: the last) it is read from, over the subwords and EOS
+        of each side. Both texts are read as ``score_text`` reads them (invalid UTF-8 replaced,
+        spaces stripped), and their words are those of the texts given. With an ensemble, the first
         member's attention."""
         def tokenized(texts):
             """(ids as ``source_ids`` makes them, each subword's byte span) of cleaned texts."""
@@ -375,10 +377,11 @@ class Translator(tf.Module):
 
         sources, targets = cleaned_texts(sources), cleaned_texts(targets)
         (source_ids, source_spans), (target_ids, target_spans) = tokenized(sources), tokenized(targets)
-        return {"attention": cross_attention(self.model, source_ids, target_ids,
-                                             self.tokenizer.start_id, layer),
-                "sources": sources, "targets": targets,
-                "source_spans": source_spans, "target_spans": target_spans}
+        attention = cross_attention(self.model, source_ids, target_ids, self.tokenizer.start_id,
+                                    layer)
+        source_words = word_alignment(attention, sources, source_spans, targets, target_spans)
+        return {"alignments": pharaoh(source_words), "source_words": source_words,
+                "attention": attention}
 
     def align_function(self, layer=-1):
         """``align_text`` as a ``tf.function`` over any batch of pairs, traced once per
@@ -418,46 +421,66 @@ def cross_attention(model, source_ids, target_ids, start_id, layer=-1):
     return attention * real * tf.cast(source_ids != model.config.pad_id, tf.float32)[:, None, :]
 
 
-def word_alignment(attention, source, source_spans, target, target_spans):
-    """One row of ``Translator.align_text`` (NumPy; texts as bytes) -> the hard word alignment
-    ``[(source word, target word), ...]``, 0-based indices of the whitespace-separated words of
-    the source and of the translation (``str.split()``'s), sorted by target word: each target word
-    aligned to the source word with the most attention, its subwords' attention summed over the
-    source word's subwords and averaged over its own. A subword belongs to the word holding its
-    last byte (a subword of the space before a word, to that word); a word no subword covers (a
-    character the vocabulary drops) is never aligned, and no target word is left unaligned
-    otherwise."""
-    source_words, target_words = _subword_words(source, source_spans), _subword_words(
-        target, target_spans)
-    attention = np.asarray(attention, np.float64)[:len(target_words), :len(source_words)]
-    source_count = max(source_words, default=-1) + 1
-    target_count = max(target_words, default=-1) + 1
-    if not source_count or not target_count:
-        return []
-    source_words, target_words = np.asarray(source_words), np.asarray(target_words)
-    by_source_word = np.zeros([len(target_words), source_count])
-    np.add.at(by_source_word.T, source_words[source_words >= 0],
-              attention.T[source_words >= 0])  # summed over each source word's subwords
-    by_words = np.zeros([target_count, source_count])
-    np.add.at(by_words, target_words[target_words >= 0], by_source_word[target_words >= 0])
-    pieces = np.bincount(target_words[target_words >= 0], minlength=target_count)
-    return [(int(by_words[word].argmax()), word) for word in range(target_count) if pieces[word]]
+# What ``str.split()`` takes for whitespace (``str.isspace``): the words of an alignment are its
+# words, in the graph as in Python.
+WHITESPACE = (0x9, 0xA, 0xB, 0xC, 0xD, 0x1C, 0x1D, 0x1E, 0x1F, 0x20, 0x85, 0xA0, 0x1680,
+              *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000)
 
 
-def _subword_words(text, spans):
-    """The word (index into ``text.split()``) of each subword of ``spans`` ([start, end) bytes,
-    -1 after the last subword), or -1 for none."""
-    text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-    ends = np.cumsum([0] + [len(c.encode("utf-8")) for c in text])  # char -> byte offsets
-    words = [(ends[m.start()], ends[m.end()]) for m in re.finditer(r"\S+", text)]
-    indices = []
-    for start, end in np.asarray(spans).reshape(-1, 2):
-        if start < 0:
-            break
-        last = max(end - 1, start)
-        indices.append(next((i for i, (word_start, word_end) in enumerate(words)
-                             if last < word_end), -1))
-    return indices
+def word_alignment(attention, sources, source_spans, targets, target_spans):
+    """``Translator.align_text``'s attention, texts and subword byte spans (-1 for EOS and padding)
+    -> int32 [batch, target words]: for each whitespace-separated word of a target (``str.split()``'s
+    words, 0-based), the source word with the most attention, its subwords' attention summed over
+    the source word's subwords (and averaged over its own: the same choice); -1 past a row's words,
+    and for a word no subword covers (a character the vocabulary drops), which is never aligned,
+    as is no target word of a pair whose source has no covered word. TensorFlow ops, for the
+    SavedModel's ``align`` signature as for ``trainers.translate``."""
+    source_words = _subword_words(sources, source_spans)
+    target_words = _subword_words(targets, target_spans)
+
+    def one_hot(words):  # [batch, subwords, words]; no word (-1): a row of zeros
+        return tf.one_hot(words, tf.maximum(tf.reduce_max(words) + 1, 1), dtype=tf.float64)
+
+    target_pieces = one_hot(target_words)
+    # [batch, target word, source word]; float64, so that ties are ties whatever the sum's order
+    by_words = tf.einsum("btv,bts,bsw->bvw", target_pieces, tf.cast(attention, tf.float64),
+                         one_hot(source_words))
+    columns = tf.shape(by_words)[2]
+    best = tf.reduce_min(tf.where(by_words == tf.reduce_max(by_words, axis=2, keepdims=True),
+                                  tf.range(columns), columns), axis=2)  # the first of equals
+    aligned = ((tf.reduce_max(target_pieces, axis=1) > 0)
+               & (tf.reduce_max(source_words, axis=1) >= 0)[:, None])
+    return tf.where(aligned, best, -1)
+
+
+def _subword_words(texts, spans):
+    """tf.string [batch] and their subwords' byte spans int64 [batch, subwords, 2] ([start, end),
+    -1 for none) -> int32 [batch, subwords]: the index of the word (of ``str.split()``'s) that holds
+    each subword's last byte (a subword of the space before a word: that word), -1 for none."""
+    characters, starts = tf.strings.unicode_decode_with_offsets(texts, "UTF-8")
+    codes, rows = characters.flat_values, characters.value_rowids()  # all rows' characters
+    space = tf.reduce_any(codes[:, None] == tf.constant(WHITESPACE, tf.int32), axis=1)
+    utf8_bytes = 1 + sum(tf.cast(codes >= first, tf.int64) for first in (0x80, 0x800, 0x10000))
+    # a word ends at a character followed by a space, by another row or by nothing
+    followed = tf.concat([space[1:] | (rows[1:] != rows[:-1]), [True]], axis=0)
+    word_ends = tf.ragged.boolean_mask(characters.with_flat_values(starts.flat_values + utf8_bytes),
+                                       characters.with_flat_values(~space & followed))
+    padded_ends = tf.concat([word_ends.to_tensor(tf.int64.max), tf.fill([tf.shape(texts)[0], 1],
+                                                                         tf.int64.max)], axis=1)
+    last = tf.maximum(spans[..., 1] - 1, spans[..., 0])
+    words = tf.searchsorted(padded_ends, last, side="right", out_type=tf.int32)
+    known = (spans[..., 0] >= 0) & (words < tf.cast(word_ends.row_lengths(), tf.int32)[:, None])
+    return tf.where(known, words, -1)
+
+
+def pharaoh(source_words):
+    """``word_alignment``'s int32 [batch, target words] -> tf.string [batch]: each row's pairs
+    ``SOURCE-TARGET`` of 0-based word indices, by target word, separated by spaces (the format
+    fast_align and fairseq's ``--print-alignment`` write)."""
+    targets = tf.broadcast_to(tf.range(tf.shape(source_words)[1]), tf.shape(source_words))
+    pairs = tf.strings.as_string(source_words) + "-" + tf.strings.as_string(targets)
+    return tf.strings.reduce_join(tf.ragged.boolean_mask(pairs, source_words >= 0), axis=1,
+                                  separator=" ")
 
 
 def padded_after_end(ids, end_id, pad_id):
@@ -611,16 +634,15 @@ def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequen
 
 
 def align_in_batches(align_fn: Callable, sources: Sequence[str], targets: Sequence[str],
-                     batch_size: int = 32, progress: Callable[[int], None] = None) -> List[list]:
+                     batch_size: int = 32, progress: Callable[[int], None] = None) -> List[str]:
     """``translate_in_batches`` for word alignments: ``align_fn`` maps two tf.string [batch]
-    (sources, their translations) to the dict of ``Translator.align_text``. One
-    ``word_alignment`` list per pair, in input order."""
+    (sources, their translations) to the dict of ``Translator.align_text`` (or the ``align``
+    signature of an exported SavedModel). Each pair's alignment, ``SOURCE-TARGET`` pairs of word
+    indices separated by spaces, in input order."""
     results = [None] * len(sources)
     for indices, outputs in _length_sorted_batches(align_fn, [sources, targets], batch_size, progress):
         for row, index in enumerate(indices):
-            results[index] = word_alignment(
-                outputs["attention"][row], outputs["sources"][row], outputs["source_spans"][row],
-                outputs["targets"][row], outputs["target_spans"][row])
+            results[index] = outputs["alignments"][row].decode("utf-8")
     return results
 
 

@@ -1,5 +1,9 @@
 """Translator: cached vs uncached search, XLA vs not, and bad input answered without harming the rest."""
 
+import random
+import re
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -268,33 +272,100 @@ def test_pairs_scored_in_batches_come_back_in_input_order(translator):
         inference.score_in_batches(score, sources, targets[:4])
 
 
+def alignment(attention, source, source_spans, target, target_spans):
+    """``word_alignment`` and ``pharaoh`` of one pair (NumPy rows; texts as str) -> its pairs."""
+    from keras_transformer.inference import pharaoh, word_alignment
+
+    words = word_alignment(tf.constant([attention], tf.float32), tf.constant([source]),
+                           tf.constant([source_spans], tf.int64), tf.constant([target]),
+                           tf.constant([target_spans], tf.int64))
+    pairs = [(int(s), t) for t, s in enumerate(words[0].numpy()) if s >= 0]
+    assert pharaoh(words).numpy()[0].decode() == " ".join(f"{s}-{t}" for s, t in pairs)
+    return pairs
+
+
+def reference_alignment(attention, source, source_spans, target, target_spans):
+    """The rule of ``word_alignment`` in plain Python: words are ``str.split()``'s (their byte
+    spans by ``re``'s ``\\S+``), a subword is the word holding its last byte (or the next word's),
+    a target word takes the source word whose subwords its subwords attend to most in sum."""
+    def words_of(text, spans):
+        ends = np.cumsum([0] + [len(c.encode()) for c in text])
+        word_ends = [ends[m.end()] for m in re.finditer(r"\S+", text)]
+        return [next((w for w, end in enumerate(word_ends) if max(e - 1, s) < end), -1)
+                if s >= 0 else -1 for s, e in spans]
+
+    source_words, target_words = words_of(source, source_spans), words_of(target, target_spans)
+    if max(source_words, default=-1) < 0:
+        return []
+    pairs = []
+    for word in sorted(set(target_words) - {-1}):
+        totals = [sum(attention[t][s] for t, tw in enumerate(target_words) if tw == word
+                      for s, sw in enumerate(source_words) if sw == source_word)
+                  for source_word in range(len(source.split()))]
+        pairs.append((totals.index(max(totals)), word))
+    return pairs
+
+
 def test_a_target_word_is_aligned_to_the_source_word_its_subwords_attend_to_most():
     """``word_alignment``: a source word's attention is its subwords' sum, a target word's the
     mean of its subwords'; EOS and padding are no words (their attention is left out); words are
     the text's whitespace-separated ones, found by the subwords' byte spans."""
-    from keras_transformer.inference import word_alignment
-
     # "Hello world." as SentencePiece cuts it: ▁Hel lo ▁world . (▁world from the space on), EOS,
     # padding; "Hallo Welt": ▁Hallo ▁We lt, EOS, padding.
-    source, source_spans = b"Hello world.", [[0, 3], [3, 5], [5, 11], [11, 12], [-1, -1], [-1, -1]]
-    target, target_spans = b"Hallo Welt", [[0, 5], [5, 8], [8, 10], [-1, -1], [-1, -1]]
+    source, source_spans = "Hello world.", [[0, 3], [3, 5], [5, 11], [11, 12], [-1, -1], [-1, -1]]
+    target, target_spans = "Hallo Welt", [[0, 5], [5, 8], [8, 10], [-1, -1], [-1, -1]]
     attention = np.full([5, 6], 0.9)  # EOS and padding: left out, however large
     attention[:3, :4] = [[0.3, 0.3, 0.35, 0.05],  # one subword's maximum is in "world",
                          [0.3, 0.3, 0.4, 0.0],  # the sums are "Hello"'s
                          [0.0, 0.0, 0.5, 0.5]]  # "Welt": "Hello" for "We" alone, "world" on average
-    assert word_alignment(attention, source, source_spans, target, target_spans) == [(0, 0), (1, 1)]
-    assert word_alignment(attention, source, source_spans, b"", [[-1, -1]] * 5) == []
+    assert alignment(attention, source, source_spans, target, target_spans) == [(0, 0), (1, 1)]
+    assert alignment(attention, source, source_spans, "", [[-1, -1]] * 5) == []
     # A word the vocabulary has no subword for (U+FFFD, dropped) is skipped, not renumbered: the
     # indices stay those of str.split(); a subword of the space before a word (▁ alone, an empty
     # span) belongs to that word.
-    target = "Hallo \ufffd Welt".encode()  # ▁H all o ▁W elt; ▁W spans " \ufffd W"
+    target = "Hallo \ufffd Welt"  # ▁H all o ▁W elt; ▁W spans " \ufffd W"
     target_spans = [[0, 1], [1, 4], [4, 5], [5, 11], [11, 14], [-1, -1]]
-    source = "\u00e4rger x".encode()  # ▁ \u00e4r ger ▁x
+    source = "\u00e4rger x"  # ▁ \u00e4r ger ▁x
     source_spans = [[0, 0], [0, 3], [3, 6], [6, 8], [-1, -1]]
     attention = np.tile([0.0, 0.0, 0.0, 1.0, 0.0], (6, 1))  # every target subword on ▁x
-    assert word_alignment(attention, source, source_spans, target, target_spans) == [(1, 0), (1, 2)]
+    assert alignment(attention, source, source_spans, target, target_spans) == [(1, 0), (1, 2)]
     attention = np.tile([1.0, 0.0, 0.0, 0.0, 0.0], (6, 1))  # on the ▁ of "\u00e4rger"
-    assert word_alignment(attention, source, source_spans, target, target_spans) == [(0, 0), (0, 2)]
+    assert alignment(attention, source, source_spans, target, target_spans) == [(0, 0), (0, 2)]
+
+
+def test_alignment_words_are_str_splits_words_whatever_the_whitespace():
+    """The graph's words against Python's: every character ``str.isspace`` takes for whitespace
+    splits words, and pairs of random texts (any whitespace, multibyte characters, subwords cut
+    anywhere, even inside a character, empty texts) align as ``reference_alignment`` says."""
+    from keras_transformer.inference import WHITESPACE, word_alignment
+
+    assert list(WHITESPACE) == [c for c in range(sys.maxunicode + 1) if chr(c).isspace()]
+    rng = random.Random(0)
+    characters = list("abXä€漢\ufffd") * 4 + [chr(c) for c in WHITESPACE]
+
+    def pair_side(batch):
+        texts = ["".join(rng.choice(characters) for _ in range(rng.randint(0, 12)))
+                 for _ in range(batch)]
+        spans = []
+        for text in texts:
+            size, cuts = len(text.encode()), [0]
+            while cuts[-1] < size and len(cuts) < 9:
+                cuts.append(min(size, cuts[-1] + rng.choice([0, 1, 2, 3])))
+            spans.append(list(zip(cuts[:-1], cuts[1:])))
+        width = max(map(len, spans)) + 2  # EOS and padding after each
+        return texts, np.array([row + [(-1, -1)] * (width - len(row)) for row in spans])
+
+    for _ in range(60):
+        batch = rng.randint(1, 4)
+        (sources, source_spans), (targets, target_spans) = pair_side(batch), pair_side(batch)
+        attention = np.array(rng.choices([0.0, 0.5, 1.0, rng.random()],  # ties too
+                                         k=batch * target_spans.shape[1] * source_spans.shape[1]),
+                             np.float32).reshape(batch, target_spans.shape[1], -1)
+        words = word_alignment(attention, tf.constant(sources), source_spans, tf.constant(targets),
+                               target_spans).numpy()
+        for row in range(batch):
+            assert [(s, t) for t, s in enumerate(words[row]) if s >= 0] == reference_alignment(
+                attention[row], sources[row], source_spans[row], targets[row], target_spans[row])
 
 
 def test_nbest_lines_are_read_as_translate_writes_them():

@@ -19,7 +19,8 @@ from test_inference import SENTENCES, small_translator
 LONGER = "The train is late again today, and nobody knows why the cat sits there."
 # The string export's ops outside core TensorFlow; docs/serving.md names them and shows that the
 # stock model server links them (tensorflow-text's ops_lib).
-TF_TEXT_OPS = ["SentencepieceDetokenizeOp", "SentencepieceOp", "SentencepieceTokenizeOp"]
+TF_TEXT_OPS = ["SentencepieceDetokenizeOp", "SentencepieceOp", "SentencepieceTokenizeOp",
+               "SentencepieceTokenizeWithOffsetsOp"]
 
 
 @pytest.fixture(scope="module")
@@ -170,6 +171,32 @@ def test_score_signature_through_the_session_loader_gives_the_translators_scores
     with pytest.raises(ValueError, match=f"{tmp_path}/old/1 has no score signature: it was exported "
                                          "before scoring was; export the run again"):
         load_exported_score_fn(str(tmp_path / "old"))
+
+
+def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports):
+    from keras_transformer.inference import ALIGN_SIGNATURE
+
+    translator, text_path, _ = exports
+    # Words split by spaces beyond ASCII's (str.split()'s), an empty target, a target cut to the
+    # model's length.
+    pairs = PAIRS + [("Hello\u00a0world, again.", "Hallo\u3000Welt,\u2009noch mal.")]
+    sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
+    expected = {k: np.asarray(v) for k, v in
+                translator.align_function()(tf.constant(sources), tf.constant(targets)).items()}
+    run, session = session_signature(text_path, ALIGN_SIGNATURE)
+    with session:
+        out = run(sources=np.array(sources, object), targets=np.array(targets, object))
+    assert sorted(out) == ["alignments", "attention", "source_words"]
+    np.testing.assert_array_equal(out["alignments"], expected["alignments"])
+    np.testing.assert_array_equal(out["source_words"], expected["source_words"])
+    np.testing.assert_allclose(out["attention"], expected["attention"], atol=1e-5)
+    for (source, target), line in zip(pairs, out["alignments"]):
+        links = [tuple(map(int, link.split("-"))) for link in line.decode().split()]
+        # at most one source word per target word, by target word, each a word of the texts
+        assert [t for _, t in links] == sorted({t for _, t in links})
+        assert all(0 <= s < len(source.split()) and t < len(target.split()) for s, t in links)
+        assert bool(links) == bool(target)
+    assert len(out["alignments"][-1].decode().split()) == 4  # Hallo Welt, noch mal.
 
 
 def test_score_ids_signature_ignores_what_the_server_pads_after_eos(exports):

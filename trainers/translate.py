@@ -207,8 +207,8 @@ def load_translate_fn():
 
 def aligned(translate_fn, batches, align_fn):
     """``load_translate_fn``'s ``translate`` for --alignments: each result with its
-    ``"alignments"``, ``inference.word_alignment``'s pairs for each translation printed (the
-    one, or the --n_best list's), found by forced decoding of the translation."""
+    ``"alignments"``, the word alignment of each translation printed (the one, or the --n_best
+    list's), found by forced decoding of the translation (``inference.align_in_batches``)."""
     from keras_transformer import inference
 
     def translate(sentences, progress=None):
@@ -275,20 +275,21 @@ def format_result(index, result):
     """The output line(s) of input line ``index`` (0-based) for its result."""
     alignments = result.get("alignments", [None] * FLAGS.n_best)  # None: not asked for
     if FLAGS.n_best > 1:
-        return [f"{index}\t{score:.4f}\t{with_alignment(text, pairs)}" for text, score, pairs in
+        return [f"{index}\t{score:.4f}\t{with_alignment(text, alignment)}"
+                for text, score, alignment in
                 zip(result["translations"][:FLAGS.n_best], result["scores"][:FLAGS.n_best],
                     alignments)]
     text = with_alignment(result["translation"], alignments[0])
     return [f"{result['score']:.4f}\t{text}" if FLAGS.show_scores else text]
 
 
-def with_alignment(text, pairs):
-    """The translation as printed, with --alignments its alignment ``pairs`` after a tab."""
+def with_alignment(text, alignment):
+    """The translation as printed, with --alignments its ``alignment`` after a tab."""
     text = clean(text)
     if not FLAGS.alignments:
         return text
     # the alignment is the last field: no tab of the translation's before it
-    return text.replace("\t", " ") + "\t" + " ".join(f"{source}-{target}" for source, target in pairs)
+    return text.replace("\t", " ") + "\t" + alignment
 
 
 def blank_result(index):
@@ -297,8 +298,8 @@ def blank_result(index):
     if FLAGS.n_best > 1:
         return format_result(index, {"translations": [""] * FLAGS.n_best,
                                      "scores": [0.0] + [float("-inf")] * (FLAGS.n_best - 1),
-                                     "alignments": [[]] * FLAGS.n_best})
-    return format_result(index, {"translation": "", "score": 0.0, "alignments": [[]]})
+                                     "alignments": [""] * FLAGS.n_best})
+    return format_result(index, {"translation": "", "score": 0.0, "alignments": [""]})
 
 
 def translate_chunk(translate, lines, first, progress):

@@ -22,12 +22,17 @@ Signatures (none needs XLA; TF Serving's CPU XLA is off by default):
 - ``score`` (text export only): ``sources`` and ``targets`` tf.string [batch] -> the targets'
   ``log_prob`` float32, ``tokens`` int32, ``nll_per_token`` float32 and ``truncated`` bool, each
   [batch], by forced decoding (``Translator.score_text``).
+- ``align`` (text export only): ``sources`` and ``targets`` tf.string [batch] -> the targets' word
+  alignment to their sources by forced decoding (``Translator.align_text``, the last decoder
+  layer): ``alignments`` tf.string [batch], ``SOURCE-TARGET`` pairs of 0-based word indices;
+  ``source_words`` int32 [batch, target words], each target word's source word or -1;
+  ``attention`` float32 [batch, target subwords, source subwords], each with EOS.
 - ``score_ids``: ``source_ids`` and ``target_ids`` int32 [batch, length] (each row subwords then EOS)
   -> ``log_prob``, ``tokens``, ``nll_per_token`` [batch]: core TensorFlow ops only; what follows a
   row's first EOS is padding, as for ``translate_ids``.
 
 A server loads every op of a SavedModel, used or not, so a server without the tf-text ops cannot load
-the first one at all. ``export_for_serving`` therefore writes two: ``<name>`` with all five signatures
+the first one at all. ``export_for_serving`` therefore writes two: ``<name>`` with all six signatures
 and ``<name>_ids`` with only ``translate_ids`` (also its ``serving_default``) and ``score_ids``, free of
 custom ops.
 
@@ -46,8 +51,8 @@ import tensorflow as tf
 
 from keras_transformer.export.common import (check_finite, export_settings, staged_export,
                                              version_holding, version_paths, write_run_files)
-from keras_transformer.inference import (IDS_SIGNATURE, NBEST_SIGNATURE, SCORE_IDS_SIGNATURE,
-                                         SCORE_SIGNATURE, TEXT_SIGNATURE)
+from keras_transformer.inference import (ALIGN_SIGNATURE, IDS_SIGNATURE, NBEST_SIGNATURE,
+                                         SCORE_IDS_SIGNATURE, SCORE_SIGNATURE, TEXT_SIGNATURE)
 
 
 def export_for_serving(translator, export_dir, name, version=None):
@@ -98,7 +103,8 @@ def _traced_signatures(translator, text_signature):
     if text_signature:
         functions = {TEXT_SIGNATURE: translator.text_function(),
                      NBEST_SIGNATURE: translator.nbest_function(),
-                     SCORE_SIGNATURE: translator.score_function()}
+                     SCORE_SIGNATURE: translator.score_function(),
+                     ALIGN_SIGNATURE: translator.align_function()}
     functions[IDS_SIGNATURE] = translator.ids_function()
     functions[SCORE_IDS_SIGNATURE] = translator.score_ids_function()
     return {name: function.get_concrete_function() for name, function in functions.items()}
