@@ -71,6 +71,23 @@ def test_the_shipped_graph_transposes_no_int64():
     assert not [node.name for node in transposes if node.attr["T"].type == tf.int64.as_datatype_enum]
 
 
+def test_the_shipped_model_serves_every_signature_an_export_has():
+    """Re-exported when a signature is added (saved_models/README.md says how), so that a server
+    of the shipped model answers every request docs/serving.md shows."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from keras_transformer.inference import (ALIGN_SIGNATURE, IDS_SIGNATURE, NBEST_SIGNATURE,
+                                             SCORE_IDS_SIGNATURE, SCORE_SIGNATURE, TEXT_SIGNATURE)
+
+    model = saved_model_pb2.SavedModel()
+    with open(os.path.join(version_folder(), "saved_model.pb"), "rb") as f:
+        model.ParseFromString(f.read())
+    (meta,) = model.meta_graphs
+    assert set(meta.signature_def) - {"__saved_model_init_op"} == {
+        TEXT_SIGNATURE, IDS_SIGNATURE, NBEST_SIGNATURE, SCORE_SIGNATURE, SCORE_IDS_SIGNATURE,
+        ALIGN_SIGNATURE}
+
+
 def test_translate_without_a_model_flag_uses_the_shipped_model(tmp_path):
     import tensorflow_text  # noqa: F401  (the export's tokenizer ops)
 
