@@ -725,6 +725,16 @@ def load_exported_score_fn(path: str):
     return (lambda sources, targets: signature(sources=sources, targets=targets)), path
 
 
+def load_exported_align_fn(path: str):
+    """The ``align`` signature of an exported SavedModel as an ``align_fn`` for
+    ``align_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(align_fn,
+    version_path)``; an export without the signature (the ids-only one, or one written before
+    alignments were exported) is a ValueError naming the path."""
+    signature, path = _exported_signature(path, ALIGN_SIGNATURE, "alignments were; export the run "
+                                          "again to align with it")
+    return (lambda sources, targets: signature(sources=sources, targets=targets)), path
+
+
 def _exported_signature(path, name, missing):
     """``(signature name of the export at path, version path)``; ``missing`` ends the error for an
     export older than the signature ("... it was exported before {missing}.")."""

@@ -12,9 +12,10 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.runs import load_translator
+from keras_transformer.weights import exported_version_path
 from keras_transformer.tokenizer import SubwordTokenizer
 from keras_transformer.training import Trainer, TrainingConfig
-from test_translate_command import SENTENCES, run
+from test_translate_command import SENTENCES, assert_clean_error, run
 
 # Pairs of very different lengths (so sorting by length reorders them), an empty target, invalid
 # UTF-8 and a target beyond the model's maximum length.
@@ -86,6 +87,40 @@ def test_pairs_are_scored_in_input_order_as_each_alone(setup):
     assert rows[1][1] == 1  # the empty target: its EOS
     assert f"line(s) {TRUNCATED_LINE}." in stderr and "Traceback" not in stderr
     assert f"score: model 1: {os.path.join(setup['runs'][0], 'ckpt-1')} (latest;" in stderr
+
+
+def test_alignments_of_given_pairs_are_the_first_models_each_alone(setup):
+    """--alignments: each pair's line ends in its alignment by the first model (the run's
+    Translator, each pair alone), the scores as without it; an export's from its align signature."""
+    from trainers import shipped
+
+    a, b = setup["runs"]
+    code, stdout, stderr = run("score", f"--model_dir={a},{b}", f"--input={setup['pairs']}",
+                               "--batch_size=2", "--alignments")
+    assert code == 0, stderr
+    rows = [line.split("\t") for line in stdout.decode().splitlines()]
+    align = load_translator(a).align_function()
+    alone = [align(tf.constant([s]), tf.constant([t]))["alignments"][0].numpy().decode()
+             for s, t in PAIRS]
+    assert [row[-1] for row in rows] == alone
+    assert "" in alone and any(alone)  # the empty target aligns nothing
+    want = [list(x) + list(y) for x, y in zip(scored_alone(a, PAIRS), scored_alone(b, PAIRS))]
+    for row, expected in zip(rows, want):
+        assert [float(field) for field in row[:-1]] == pytest.approx(expected, abs=2e-4)
+    assert_clean_error(run("score", f"--model_dir={a}", f"--nbest={setup['nbest']}",
+                           f"--sources={setup['sources']}", "--alignments"),
+                       "--alignments: with pairs only (--input or stdin), not --nbest.")
+
+    shipped_dir = shipped.shipped_model_dir()
+    if shipped_dir is None:
+        pytest.skip("no shipped model in this copy of the project")
+    pair = ("Click OK to close the dialog.", "Klicken Sie auf OK, um den Dialog zu schlie\u00dfen.")
+    code, stdout, stderr = run("score", f"--saved_model={shipped_dir}", "--alignments",
+                               stdin="\t".join(pair).encode() + b"\n")
+    assert code == 0, stderr
+    signature = tf.saved_model.load(exported_version_path(shipped_dir)).signatures["align"]
+    expected = signature(sources=tf.constant([pair[0]]), targets=tf.constant([pair[1]]))
+    assert stdout.decode().split("\t")[-1] == expected["alignments"][0].numpy().decode() + "\n"
 
 
 def test_a_line_without_a_tab_is_one_line_naming_file_and_line(setup):

@@ -173,10 +173,12 @@ def test_score_signature_through_the_session_loader_gives_the_translators_scores
         load_exported_score_fn(str(tmp_path / "old"))
 
 
-def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports):
-    from keras_transformer.inference import ALIGN_SIGNATURE
+def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports,
+                                                                                    tmp_path):
+    from keras_transformer.inference import ALIGN_SIGNATURE, load_exported_align_fn
+    from test_export import write_old_export
 
-    translator, text_path, _ = exports
+    translator, text_path, ids_path = exports
     # Words split by spaces beyond ASCII's (str.split()'s), an empty target, a target cut to the
     # model's length.
     pairs = PAIRS + [("Hello\u00a0world, again.", "Hallo\u3000Welt,\u2009noch mal.")]
@@ -197,6 +199,17 @@ def test_align_signature_through_the_session_loader_gives_the_translators_alignm
         assert all(0 <= s < len(source.split()) and t < len(target.split()) for s, t in links)
         assert bool(links) == bool(target)
     assert len(out["alignments"][-1].decode().split()) == 4  # Hallo Welt, noch mal.
+
+    align_fn, path = load_exported_align_fn(os.path.dirname(text_path))  # as trainers.score loads it
+    assert path == text_path
+    np.testing.assert_array_equal(align_fn(tf.constant(sources), tf.constant(targets))["alignments"],
+                                  expected["alignments"])
+    with pytest.raises(ValueError, match="has no text signature: it is the ids-only export"):
+        load_exported_align_fn(ids_path)
+    write_old_export(str(tmp_path / "old" / "1"))
+    with pytest.raises(ValueError, match=f"{tmp_path}/old/1 has no align signature: it was exported "
+                                         "before alignments were; export the run again"):
+        load_exported_align_fn(str(tmp_path / "old"))
 
 
 def test_score_ids_signature_ignores_what_the_server_pads_after_eos(exports):

@@ -15,6 +15,11 @@ line without one ends the program with one line naming FILE:LINE (status 2); emp
 input's end, which many editors leave, are no pairs and are left out. One output line per pair
 line, in input order, ``LOG_PROB<TAB>TOKENS<TAB>NLL_PER_TOKEN`` per model (three columns for
 each, in the order the models are named): ``paste pairs.tsv scores.tsv`` sets them side by side.
+With --alignments each of these lines ends in a tab and the target's word alignment to its source,
+``SOURCE-TARGET`` pairs of 0-based word indices, by the first model (its last decoder layer's
+attention; a run's ``Translator.align_text``, an export's ``align`` signature): what
+``trainers.translate --alignments`` prints for its own translations, here for given ones (fairseq's
+``--score-reference --print-alignment``).
 
 n-best lists (--nbest FILE or '-', with --sources the sentences translated): the lines of
 ``trainers.translate --n_best``, ``INDEX<TAB>SCORE<TAB>TRANSLATION``, written again with each
@@ -59,6 +64,10 @@ flags.mark_flags_as_mutual_exclusive(["input", "nbest"])
 flags.DEFINE_string("output", None, "Output file, written whole at the end (default: stdout, "
                     "written as each chunk of input is scored).")
 flags.DEFINE_integer("batch_size", 32, "Pairs per batch (sorted by length).", lower_bound=1)
+flags.DEFINE_bool("alignments", False,
+                  "With pairs (not --nbest): end each line in a TAB and the target's word alignment "
+                  "to its source by the first model (SOURCE-TARGET word indices, as trainers.translate "
+                  "--alignments prints them; the last decoder layer's attention).")
 
 FLAGS = flags.FLAGS
 # Lines read before scoring, in batches: enough to sort into batches of similar length, few enough
@@ -76,6 +85,8 @@ def check_flags():
     if (FLAGS.nbest is None) != (FLAGS.sources is None):
         raise app.UsageError("--nbest and --sources go together: the n-best list and the sentences "
                              "it translates.")
+    if FLAGS.alignments and FLAGS.nbest is not None:
+        raise app.UsageError("--alignments: with pairs only (--input or stdin), not --nbest.")
     if FLAGS.nbest == STDIN and FLAGS.sources == STDIN:
         raise app.UsageError("--nbest and --sources cannot both be stdin ('-').")
     for name in ("input", "nbest", "sources"):
@@ -88,18 +99,25 @@ def check_flags():
 
 
 def load_score_fns():
-    """``[(score_fn, description)]``, one per model in column order (``inference.score_in_batches``'
-    ``score_fn``)."""
+    """``([(score_fn, description)], align_fn)``: one score function per model in column order
+    (``inference.score_in_batches``' ``score_fn``), and with --alignments the first model's
+    ``align_fn`` (``inference.align_in_batches``'), else None."""
     from keras_transformer import inference
 
-    models = []
+    models, translators = [], []
     for path in run_flags.model_dirs() if FLAGS.model_dir else []:
         translator, loaded = run_flags.load_run_translator(path)
+        translators.append(translator)
         models.append((translator.score_function(), loaded))
-    for path in run_flags.saved_models(FLAGS.saved_model) if FLAGS.saved_model else []:
+    paths = run_flags.saved_models(FLAGS.saved_model) if FLAGS.saved_model else []
+    for path in paths:
         score_fn, version = inference.load_exported_score_fn(path)
         models.append((score_fn, f"{version} (SavedModel)"))
-    return models
+    align_fn = None
+    if FLAGS.alignments:
+        align_fn = (translators[0].align_function() if translators
+                    else inference.load_exported_align_fn(paths[0])[0])
+    return models, align_fn
 
 
 def chunks(path):
@@ -142,8 +160,10 @@ def score_pairs(models, pairs):
     return results
 
 
-def score_tsv(models, path, output):
-    """Scores the pairs of ``path``; the number of lines and those cut to a maximum length."""
+def score_tsv(models, path, output, align_fn=None):
+    """Scores the pairs of ``path`` (with ``align_fn``, aligns them too); the number of lines and
+    those cut to a maximum length."""
+    from keras_transformer import inference
     from keras_transformer.data.files import split_tsv_line
 
     count, truncated = 0, []
@@ -163,8 +183,13 @@ def score_tsv(models, path, output):
         except ValueError as error:
             raise app.UsageError(str(error)) from None
         results = score_pairs(models, pairs)
-        output.write(["\t".join(f"{r['log_prob']:.4f}\t{r['tokens']}\t{r['nll_per_token']:.4f}"
-                                for r in row).encode() for row in results])
+        scored = ["\t".join(f"{r['log_prob']:.4f}\t{r['tokens']}\t{r['nll_per_token']:.4f}"
+                            for r in row) for row in results]
+        if align_fn is not None and pairs:
+            alignments = inference.align_in_batches(align_fn, [s for s, _ in pairs],
+                                                    [t for _, t in pairs], FLAGS.batch_size)
+            scored = [f"{row}\t{alignment}" for row, alignment in zip(scored, alignments)]
+        output.write([row.encode() for row in scored])
         truncated += [first + i for i, row in enumerate(results) if any(r["truncated"] for r in row)]
         count += len(lines)
     return count, truncated
@@ -222,14 +247,14 @@ def rescore_nbest(models, path, output):
 def main(argv):
     check_flags()
     thread_flags.apply()
-    models = load_score_fns()
+    models, align_fn = load_score_fns()
     for column, (_, description) in enumerate(models, start=1):
         print(f"score: model {column}: {description}", file=sys.stderr, flush=True)
     output = console.Output(FLAGS.output)
     if FLAGS.nbest is not None:
         count, truncated = rescore_nbest(models, FLAGS.nbest, output)
     else:
-        count, truncated = score_tsv(models, FLAGS.input or STDIN, output)
+        count, truncated = score_tsv(models, FLAGS.input or STDIN, output, align_fn)
     output.close()
     if truncated:
         print(f"score: {len(truncated)} line(s) with a side longer than a model's maximum length "
