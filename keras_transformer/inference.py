@@ -720,9 +720,8 @@ def load_exported_score_fn(path: str):
     ``score_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(score_fn,
     version_path)``; an export without the signature (the ids-only one, or one written before
     scoring was exported) is a ValueError naming the path."""
-    signature, path = _exported_signature(path, SCORE_SIGNATURE, "scoring was; export the run "
-                                          "again to score with it")
-    return (lambda sources, targets: signature(sources=sources, targets=targets)), path
+    return _exported_pairs_fn(path, SCORE_SIGNATURE, "scoring was; export the run again to score "
+                              "with it")
 
 
 def load_exported_align_fn(path: str):
@@ -730,8 +729,14 @@ def load_exported_align_fn(path: str):
     ``align_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(align_fn,
     version_path)``; an export without the signature (the ids-only one, or one written before
     alignments were exported) is a ValueError naming the path."""
-    signature, path = _exported_signature(path, ALIGN_SIGNATURE, "alignments were; export the run "
-                                          "again to align with it")
+    return _exported_pairs_fn(path, ALIGN_SIGNATURE, "alignments were; export the run again to "
+                              "align with it")
+
+
+def _exported_pairs_fn(path, name, missing):
+    """``(fn(sources, targets), version path)`` of the export's signature ``name`` over sentence
+    pairs; ``missing`` as for ``_exported_signature``."""
+    signature, path = _exported_signature(path, name, missing)
     return (lambda sources, targets: signature(sources=sources, targets=targets)), path
 
 

@@ -141,20 +141,26 @@ def session_signature(path, name):
                                                    for k, v in inputs.items()})), session
 
 
+def served_and_in_memory(path, name, function, sources, targets):
+    """The outputs of the export's pair signature ``name`` through the session loader, and those of
+    the in-memory ``function``, for the same sentence pairs (NumPy, each)."""
+    run, session = session_signature(path, name)
+    with session:
+        out = run(sources=np.array(sources, object), targets=np.array(targets, object))
+    expected = function(tf.constant(sources), tf.constant(targets))
+    return out, {k: np.asarray(v) for k, v in expected.items()}
+
+
 PAIRS = [(SENTENCES[0], "Das ist Satz 5."), (SENTENCES[1], ""), (LONGER, "Das ist Satz 7. " * 10)]
 
 
-def test_score_signature_through_the_session_loader_gives_the_translators_scores(exports, tmp_path):
+def test_score_signature_through_the_session_loader_gives_the_translators_scores(exports):
     from keras_transformer.inference import SCORE_SIGNATURE, load_exported_score_fn
-    from test_export import write_old_export
 
-    translator, text_path, ids_path = exports
+    translator, text_path, _ = exports
     sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
-    expected = {k: np.asarray(v) for k, v in
-                translator.score_function()(tf.constant(sources), tf.constant(targets)).items()}
-    run, session = session_signature(text_path, SCORE_SIGNATURE)
-    with session:
-        out = run(sources=np.array(sources, object), targets=np.array(targets, object))
+    out, expected = served_and_in_memory(text_path, SCORE_SIGNATURE, translator.score_function(),
+                                         sources, targets)
     assert sorted(out) == ["log_prob", "nll_per_token", "tokens", "truncated"]
     np.testing.assert_allclose(out["log_prob"], expected["log_prob"], atol=1e-4)
     np.testing.assert_allclose(out["nll_per_token"], expected["nll_per_token"], atol=1e-4)
@@ -165,29 +171,18 @@ def test_score_signature_through_the_session_loader_gives_the_translators_scores
     assert path == text_path
     np.testing.assert_allclose(score_fn(tf.constant(sources), tf.constant(targets))["log_prob"],
                                expected["log_prob"], atol=1e-4)
-    with pytest.raises(ValueError, match="has no text signature: it is the ids-only export"):
-        load_exported_score_fn(ids_path)
-    write_old_export(str(tmp_path / "old" / "1"))
-    with pytest.raises(ValueError, match=f"{tmp_path}/old/1 has no score signature: it was exported "
-                                         "before scoring was; export the run again"):
-        load_exported_score_fn(str(tmp_path / "old"))
 
 
-def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports,
-                                                                                    tmp_path):
+def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports):
     from keras_transformer.inference import ALIGN_SIGNATURE, load_exported_align_fn
-    from test_export import write_old_export
 
-    translator, text_path, ids_path = exports
+    translator, text_path, _ = exports
     # Words split by spaces beyond ASCII's (str.split()'s), an empty target, a target cut to the
     # model's length.
     pairs = PAIRS + [("Hello\u00a0world, again.", "Hallo\u3000Welt,\u2009noch mal.")]
     sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
-    expected = {k: np.asarray(v) for k, v in
-                translator.align_function()(tf.constant(sources), tf.constant(targets)).items()}
-    run, session = session_signature(text_path, ALIGN_SIGNATURE)
-    with session:
-        out = run(sources=np.array(sources, object), targets=np.array(targets, object))
+    out, expected = served_and_in_memory(text_path, ALIGN_SIGNATURE, translator.align_function(),
+                                         sources, targets)
     assert sorted(out) == ["alignments", "attention", "source_words"]
     np.testing.assert_array_equal(out["alignments"], expected["alignments"])
     np.testing.assert_array_equal(out["source_words"], expected["source_words"])
@@ -204,12 +199,23 @@ def test_align_signature_through_the_session_loader_gives_the_translators_alignm
     assert path == text_path
     np.testing.assert_array_equal(align_fn(tf.constant(sources), tf.constant(targets))["alignments"],
                                   expected["alignments"])
+
+
+@pytest.mark.parametrize("loader, missing", [
+    ("load_exported_score_fn", "score signature: it was exported before scoring was"),
+    ("load_exported_align_fn", "align signature: it was exported before alignments were")])
+def test_an_export_without_a_pair_signature_is_named_with_what_it_lacks(exports, tmp_path, loader,
+                                                                        missing):
+    from keras_transformer import inference
+    from test_export import write_old_export
+
+    _, _, ids_path = exports
+    load = getattr(inference, loader)
     with pytest.raises(ValueError, match="has no text signature: it is the ids-only export"):
-        load_exported_align_fn(ids_path)
+        load(ids_path)
     write_old_export(str(tmp_path / "old" / "1"))
-    with pytest.raises(ValueError, match=f"{tmp_path}/old/1 has no align signature: it was exported "
-                                         "before alignments were; export the run again"):
-        load_exported_align_fn(str(tmp_path / "old"))
+    with pytest.raises(ValueError, match=f"{tmp_path}/old/1 has no {missing}; export the run again"):
+        load(str(tmp_path / "old"))
 
 
 def test_score_ids_signature_ignores_what_the_server_pads_after_eos(exports):
