@@ -89,6 +89,7 @@ def test_pairs_are_scored_in_input_order_as_each_alone(setup):
     assert f"score: model 1: {os.path.join(setup['runs'][0], 'ckpt-1')} (latest;" in stderr
 
 
+@pytest.mark.slow
 def test_alignments_of_given_pairs_are_the_first_models_each_alone(setup):
     """--alignments: each pair's line ends in its alignment by the first model (the run's
     Translator, each pair alone), the scores as without it; an export's from its align signature."""
