@@ -725,10 +725,8 @@ def load_exported_score_fn(path: str):
 
 
 def load_exported_align_fn(path: str):
-    """The ``align`` signature of an exported SavedModel as an ``align_fn`` for
-    ``align_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(align_fn,
-    version_path)``; an export without the signature (the ids-only one, or one written before
-    alignments were exported) is a ValueError naming the path."""
+    """``load_exported_score_fn`` for the ``align`` signature: ``(align_fn for align_in_batches,
+    version_path)``."""
     return _exported_pairs_fn(path, ALIGN_SIGNATURE, "alignments were; export the run again to "
                               "align with it")
 
