@@ -2,6 +2,9 @@
 
 import dataclasses
 import os
+import re
+import shlex
+import subprocess
 
 import pytest
 
@@ -99,6 +102,24 @@ def test_bad_tsv_files_name_file_and_line(tmp_path, name, content, pattern):
     path = write(tmp_path / name, content)
     with pytest.raises(ValueError, match=pattern):
         files.load(files.parse_spec(path))
+
+
+def test_a_file_of_more_columns_is_told_the_command_that_keeps_the_pair(tmp_path):
+    """A third column (an attribution, as manythings.org's Anki files have) is refused with the
+    command that keeps the first two; that command's file is the pairs. One tab only: no hint."""
+    lines = [f"{s}\t{t}\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i}\n"
+             for i, (s, t) in enumerate(PAIRS)]
+    path = write(tmp_path / "deu.txt", "".join(lines))
+    with pytest.raises(ValueError, match=r"deu.txt:1: 2 tabs") as refused:
+        files.check(files.parse_spec(path))
+    command = re.search(r"`([^`]+)`", str(refused.value)).group(1)
+    kept = tmp_path / "deu.tsv"
+    with open(kept, "wb") as stream:
+        subprocess.run([*shlex.split(command), path], stdout=stream, check=True)
+    assert read_all(files.load(files.parse_spec(str(kept)))) == PAIRS
+    with pytest.raises(ValueError, match="no tab") as refused:
+        files.check(files.parse_spec(write(tmp_path / "one.tsv", "Hello. Hallo.\n")))
+    assert "cut" not in str(refused.value)
 
 
 def test_empty_lines_at_a_files_end_are_left_out(tmp_path):

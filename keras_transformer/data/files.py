@@ -132,8 +132,13 @@ def split_tsv_line(line, where: str):
     fields = line.split(b"\t" if isinstance(line, bytes) else "\t")
     if len(fields) != 2:
         what = "no tab" if len(fields) == 1 else f"{len(fields) - 1} tabs"
+        # Files of more columns are common (an attribution after the pair in manythings.org's
+        # Anki files, URLs and scores around it in crawled corpora): which two hold the pair is
+        # the user's to say, the tool that keeps them is standard.
+        more = "" if len(fields) == 1 else (" (to keep two columns, e.g. the first two: "
+                                            "`cut -f1,2`; of a gzip file after `zcat`)")
         raise ValueError(
-            f"{where}: {what}; each line must be source<TAB>target with exactly one tab"
+            f"{where}: {what}; each line must be source<TAB>target with exactly one tab{more}"
         )
     return fields
 
