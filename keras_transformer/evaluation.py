@@ -173,17 +173,19 @@ def evaluate_translations(hypotheses: Sequence[str], references: Sequence[str],
 
 
 def translate_and_evaluate(translate_fn, sources: Sequence[str], references: Sequence[str],
-                           lang: Optional[str] = None, batch_size: int = 32, progress=None):
+                           lang: Optional[str] = None, batch_size: Optional[int] = None,
+                           progress=None):
     """Translates ``sources`` with ``translate_fn`` (tf.string [batch] -> ``{"translations", ...}``:
     ``Translator.translate_text`` or an exported ``serving_default`` signature; see
-    ``inference.translate_in_batches``) and scores the output against ``references``.
+    ``inference.translate_in_batches``, in batches of ``batch_size`` sentences, by default
+    ``inference.BATCH_SIZE``) and scores the output against ``references``.
     Returns ``(Evaluation, hypotheses)``."""
-    from keras_transformer.inference import translate_in_batches
+    from keras_transformer.inference import BATCH_SIZE, translate_in_batches
 
     sources, references = list(sources), list(references)
     if len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources but {len(references)} references.")
-    results = translate_in_batches(translate_fn, sources, batch_size, progress)
+    results = translate_in_batches(translate_fn, sources, batch_size or BATCH_SIZE, progress)
     hypotheses = [r["translation"] for r in results]
     return evaluate_translations(hypotheses, references, lang), hypotheses
 

@@ -46,6 +46,13 @@ from keras_transformer.config import as_python_scalars, is_integer, is_number
 from keras_transformer.tokenizer import dense_ids
 from keras_transformer.weights import exported_version_path
 
+# Sentences (or pairs) per search of the *_in_batches functions and the programs' --batch_size.
+# They are sorted by length, so a larger batch adds little padding while each decoder step's fixed
+# cost of many small ops is shared by more rows (docs/performance.md, "Batch size"); the memory a
+# search keeps grows with it (the cache: batch x beam x layers x length), which bounds it for big
+# models on a GPU.
+BATCH_SIZE = 64
+
 
 @dataclasses.dataclass(frozen=True)
 class DecodingConfig:
@@ -584,7 +591,7 @@ def vocabulary_difference(one, other):
             f"{pieces[first].decode()!r} and {other_pieces[first].decode()!r}")
 
 
-def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch_size: int = 32,
+def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch_size: int = BATCH_SIZE,
                          progress: Callable[[int], None] = None) -> List[dict]:
     """Translates ``sentences`` in batches of similar length (little padding) and returns one dict
     per sentence, in input order: ``{"translation": str, "score": float, "truncated": bool}``.
@@ -601,7 +608,7 @@ def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch
     return results
 
 
-def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], batch_size: int = 32,
+def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], batch_size: int = BATCH_SIZE,
                                progress: Callable[[int], None] = None) -> List[dict]:
     """``translate_in_batches`` for n-best lists: ``nbest_fn`` maps a tf.string [batch] to the dict
     of ``Translator.translate_text_nbest`` (or the ``translate_nbest`` signature of an exported
@@ -618,7 +625,7 @@ def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], bat
 
 
 def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequence[str],
-                     batch_size: int = 32, progress: Callable[[int], None] = None) -> List[dict]:
+                     batch_size: int = BATCH_SIZE, progress: Callable[[int], None] = None) -> List[dict]:
     """``translate_in_batches`` for sentence pairs: ``score_fn`` maps two tf.string [batch]
     (sources, targets) to the dict of ``Translator.score_text`` (or the ``score`` signature of an
     exported SavedModel). One dict per pair, in input order: ``{"log_prob": float, "tokens": int,
@@ -634,7 +641,7 @@ def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequen
 
 
 def align_in_batches(align_fn: Callable, sources: Sequence[str], targets: Sequence[str],
-                     batch_size: int = 32, progress: Callable[[int], None] = None) -> List[str]:
+                     batch_size: int = BATCH_SIZE, progress: Callable[[int], None] = None) -> List[str]:
     """``translate_in_batches`` for word alignments: ``align_fn`` maps two tf.string [batch]
     (sources, their translations) to the dict of ``Translator.align_text`` (or the ``align``
     signature of an exported SavedModel). Each pair's alignment, ``SOURCE-TARGET`` pairs of word

@@ -159,6 +159,17 @@ def test_no_help_text_names_another_default_than_the_one_shown(helps, program):
     assert not problems, "\n".join(problems)
 
 
+def test_the_programs_batch_as_the_library_does(helps):
+    """A command and the library's functions translate, score and align the same sentences in
+    batches of one size (``inference.BATCH_SIZE``), so neither is the slower way."""
+    from keras_transformer.inference import BATCH_SIZE
+
+    batches = {program: parse_help(helps[program][1])[1]["batch_size"][1]
+               for program in PROGRAMS if "--batch_size:" in helps[program][1]}
+    assert batches == {program: str(BATCH_SIZE) for program in
+                       ("trainers.evaluate", "trainers.score", "trainers.translate")}
+
+
 def test_each_lists_what_it_is_about_and_not_what_does_nothing_there(helps):
     listed = {name: set(parse_help(helps[name][1])[1]) for name in PROGRAMS}
     for name in ("wmt", "quickstart", "evaluate", "translate", "export", "average_checkpoints"):

@@ -68,7 +68,7 @@ flags.DEFINE_integer("limit", None, "Only the first N pairs of the split (quick 
                      lower_bound=1)
 flags.DEFINE_alias("eval_limit", "limit")  # the quickstart's name for it
 flags.DEFINE_string("output", None, "Write the translations here, one line per test sentence.")
-flags.DEFINE_integer("batch_size", 32, "Sentences per batch.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 64, "Sentences per batch (sorted by length).", lower_bound=1)
 flags.mark_flags_as_mutual_exclusive(["model_dir", "saved_model"])
 flags.DEFINE_bool("floors", False,
                   "Also score the two floors on the same sentences, copying the source and a "

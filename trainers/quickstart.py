@@ -496,8 +496,7 @@ def dev_bleu(config, checkpoint, sources, references):
     except ValueError as error:
         fail("average", str(error))
     result, _ = evaluation.translate_and_evaluate(translator.text_function(), sources, references,
-                                                  config.target_language,
-                                                  batch_size=64)
+                                                  config.target_language)
     return result.sacrebleu.score
 
 
@@ -534,7 +533,7 @@ def stage_evaluate(config, checkpoint):
     lang = config.target_language
     try:
         result, hypotheses = evaluation.translate_and_evaluate(
-            translate, sources, references, lang, batch_size=64, progress=progress)
+            translate, sources, references, lang, progress=progress)
         write_file("evaluate", os.path.join(FLAGS.model_dir, runs.HYPOTHESES_FILE.format(split=split)),
                    "".join(h.replace("\n", " ") + "\n" for h in hypotheses))
     except (ValueError, OSError, tf.errors.OpError) as error:

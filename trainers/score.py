@@ -63,7 +63,7 @@ flags.DEFINE_string("sources", None, "With --nbest: the sentences that were tran
 flags.mark_flags_as_mutual_exclusive(["input", "nbest"])
 flags.DEFINE_string("output", None, "Output file, written whole at the end (default: stdout, "
                     "written as each chunk of input is scored).")
-flags.DEFINE_integer("batch_size", 32, "Pairs per batch (sorted by length).", lower_bound=1)
+flags.DEFINE_integer("batch_size", 64, "Pairs per batch (sorted by length).", lower_bound=1)
 flags.DEFINE_bool("alignments", False,
                   "With pairs (not --nbest): end each line in a TAB and the target's word alignment "
                   "to its source by the first model (SOURCE-TARGET word indices, as trainers.translate "

@@ -79,7 +79,7 @@ flags.DEFINE_string("input", None, "File of sentences, one per line ('-' or none
 flags.DEFINE_multi_string("text", None, "A sentence to translate (repeatable).")
 flags.DEFINE_string("output", None, "Output file, written whole at the end (default: stdout, "
                     "written as each chunk of input is translated).")
-flags.DEFINE_integer("batch_size", 32, "Sentences per batch (sorted by length).", lower_bound=1)
+flags.DEFINE_integer("batch_size", 64, "Sentences per batch (sorted by length).", lower_bound=1)
 flags.mark_flags_as_mutual_exclusive(["input", "text"])
 flags.DEFINE_bool("show_scores", False, "Write SCORE<TAB>TRANSLATION lines (--n_best > 1 always "
                   "writes the scores).")

@@ -18,7 +18,7 @@ import tensorflow as tf
 from absl import logging
 
 from keras_transformer.evaluation import chrf_score, sacrebleu_score
-from keras_transformer.inference import DecodingConfig, Translator, translate_in_batches
+from keras_transformer.inference import BATCH_SIZE, DecodingConfig, Translator, translate_in_batches
 from keras_transformer.runs import BEST_PREFIX, BEST_RECORD
 from keras_transformer.training.callbacks import Callback
 from keras_transformer.training.checkpoints import write_model_checkpoint
@@ -28,7 +28,7 @@ class DevBleu(Callback):
     SAMPLES = 4
 
     def __init__(self, tokenizer, sources: Sequence[str], references: Sequence[str],
-                 decoding_config: DecodingConfig = DecodingConfig(), batch_size: int = 64,
+                 decoding_config: DecodingConfig = DecodingConfig(), batch_size: int = BATCH_SIZE,
                  keep_best: bool = False):
         if len(sources) != len(references) or not sources:
             raise ValueError(f"DevBleu needs as many references as sources (got {len(sources)} and "
