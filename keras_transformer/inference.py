@@ -591,7 +591,8 @@ def vocabulary_difference(one, other):
             f"{pieces[first].decode()!r} and {other_pieces[first].decode()!r}")
 
 
-def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch_size: int = BATCH_SIZE,
+def translate_in_batches(translate_fn: Callable, sentences: Sequence[str],
+                         batch_size: int = BATCH_SIZE,
                          progress: Callable[[int], None] = None) -> List[dict]:
     """Translates ``sentences`` in batches of similar length (little padding) and returns one dict
     per sentence, in input order: ``{"translation": str, "score": float, "truncated": bool}``.
@@ -608,7 +609,8 @@ def translate_in_batches(translate_fn: Callable, sentences: Sequence[str], batch
     return results
 
 
-def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], batch_size: int = BATCH_SIZE,
+def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str],
+                               batch_size: int = BATCH_SIZE,
                                progress: Callable[[int], None] = None) -> List[dict]:
     """``translate_in_batches`` for n-best lists: ``nbest_fn`` maps a tf.string [batch] to the dict
     of ``Translator.translate_text_nbest`` (or the ``translate_nbest`` signature of an exported
@@ -625,7 +627,8 @@ def translate_nbest_in_batches(nbest_fn: Callable, sentences: Sequence[str], bat
 
 
 def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequence[str],
-                     batch_size: int = BATCH_SIZE, progress: Callable[[int], None] = None) -> List[dict]:
+                     batch_size: int = BATCH_SIZE,
+                     progress: Callable[[int], None] = None) -> List[dict]:
     """``translate_in_batches`` for sentence pairs: ``score_fn`` maps two tf.string [batch]
     (sources, targets) to the dict of ``Translator.score_text`` (or the ``score`` signature of an
     exported SavedModel). One dict per pair, in input order: ``{"log_prob": float, "tokens": int,
@@ -641,7 +644,8 @@ def score_in_batches(score_fn: Callable, sources: Sequence[str], targets: Sequen
 
 
 def align_in_batches(align_fn: Callable, sources: Sequence[str], targets: Sequence[str],
-                     batch_size: int = BATCH_SIZE, progress: Callable[[int], None] = None) -> List[str]:
+                     batch_size: int = BATCH_SIZE,
+                     progress: Callable[[int], None] = None) -> List[str]:
     """``translate_in_batches`` for word alignments: ``align_fn`` maps two tf.string [batch]
     (sources, their translations) to the dict of ``Translator.align_text`` (or the ``align``
     signature of an exported SavedModel). Each pair's alignment, ``SOURCE-TARGET`` pairs of word
