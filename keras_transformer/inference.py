@@ -731,34 +731,48 @@ def load_exported_score_fn(path: str):
     ``score_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(score_fn,
     version_path)``; an export without the signature (the ids-only one, or one written before
     scoring was exported) is a ValueError naming the path."""
-    return _exported_pairs_fn(path, SCORE_SIGNATURE, "scoring was; export the run again to score "
-                              "with it")
+    (score_fn,), path = load_exported_pairs_fns(path, SCORE_SIGNATURE)
+    return score_fn, path
 
 
 def load_exported_align_fn(path: str):
     """``load_exported_score_fn`` for the ``align`` signature: ``(align_fn for align_in_batches,
     version_path)``."""
-    return _exported_pairs_fn(path, ALIGN_SIGNATURE, "alignments were; export the run again to "
-                              "align with it")
+    (align_fn,), path = load_exported_pairs_fns(path, ALIGN_SIGNATURE)
+    return align_fn, path
 
 
-def _exported_pairs_fn(path, name, missing):
-    """``(fn(sources, targets), version path)`` of the export's signature ``name`` over sentence
-    pairs; ``missing`` as for ``_exported_signature``."""
-    signature, path = _exported_signature(path, name, missing)
-    return (lambda sources, targets: signature(sources=sources, targets=targets)), path
+# What an export older than a signature over sentence pairs was exported before.
+_PAIRS_SIGNATURES_MISSING = {
+    SCORE_SIGNATURE: "scoring was; export the run again to score with it",
+    ALIGN_SIGNATURE: "alignments were; export the run again to align with it"}
+
+
+def load_exported_pairs_fns(path: str, *names):
+    """The export's signatures ``names`` over sentence pairs (``score``, ``align``) from one load
+    of it (each load reads the whole graph): ``([fn(sources, targets), ...], version path)``, an
+    export without one a ValueError as for ``load_exported_score_fn``."""
+    loaded, path = _load_exported(path)
+    signatures = [_signature(loaded, path, name, _PAIRS_SIGNATURES_MISSING[name]) for name in names]
+    return [lambda sources, targets, signature=signature: signature(sources=sources, targets=targets)
+            for signature in signatures], path
 
 
 def _exported_signature(path, name, missing):
     """``(signature name of the export at path, version path)``; ``missing`` ends the error for an
     export older than the signature ("... it was exported before {missing}.")."""
     loaded, path = _load_exported(path)
+    return _signature(loaded, path, name, missing), path
+
+
+def _signature(loaded, path, name, missing):
+    """The signature ``name`` of the export ``loaded`` from ``path``; see ``_exported_signature``."""
     if name not in loaded.signatures:
         if "inputs" not in loaded.signatures[TEXT_SIGNATURE].structured_input_signature[1]:
             raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
                              "export without the _ids suffix.")
         raise ValueError(f"{path} has no {name} signature: it was exported before {missing}.")
-    return loaded.signatures[name], path
+    return loaded.signatures[name]
 
 
 # An export's assets (``export.common.write_run_files`` writes them; whoever reads an export finds

@@ -173,8 +173,10 @@ def test_score_signature_through_the_session_loader_gives_the_translators_scores
                                expected["log_prob"], atol=1e-4)
 
 
-def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports):
-    from keras_transformer.inference import ALIGN_SIGNATURE, load_exported_align_fn
+def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports,
+                                                                                   monkeypatch):
+    from keras_transformer.inference import (ALIGN_SIGNATURE, SCORE_SIGNATURE, load_exported_align_fn,
+                                             load_exported_pairs_fns)
 
     translator, text_path, _ = exports
     # Words split by spaces beyond ASCII's (str.split()'s), an empty target, a target cut to the
@@ -195,10 +197,21 @@ def test_align_signature_through_the_session_loader_gives_the_translators_alignm
         assert bool(links) == bool(target)
     assert len(out["alignments"][-1].decode().split()) == 4  # Hallo Welt, noch mal.
 
-    align_fn, path = load_exported_align_fn(os.path.dirname(text_path))  # as trainers.score loads it
+    align_fn, path = load_exported_align_fn(os.path.dirname(text_path))
     assert path == text_path
     np.testing.assert_array_equal(align_fn(tf.constant(sources), tf.constant(targets))["alignments"],
                                   expected["alignments"])
+    # as trainers.score --alignments loads the first export: both signatures from one load
+    loads, load = [], tf.saved_model.load
+    monkeypatch.setattr(tf.saved_model, "load", lambda *args: loads.append(args) or load(*args))
+    (score_fn, align_fn), path = load_exported_pairs_fns(os.path.dirname(text_path), SCORE_SIGNATURE,
+                                                         ALIGN_SIGNATURE)
+    assert path == text_path and len(loads) == 1
+    np.testing.assert_array_equal(align_fn(tf.constant(sources), tf.constant(targets))["alignments"],
+                                  expected["alignments"])
+    np.testing.assert_allclose(score_fn(tf.constant(sources), tf.constant(targets))["log_prob"],
+                               translator.score_text(tf.constant(sources), tf.constant(targets))[
+                                   "log_prob"], atol=1e-4)
 
 
 @pytest.mark.parametrize("loader, missing", [

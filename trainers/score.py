@@ -104,19 +104,19 @@ def load_score_fns():
     ``align_fn`` (``inference.align_in_batches``'), else None."""
     from keras_transformer import inference
 
-    models, translators = [], []
+    models, align_fn = [], None  # the first model aligns
     for path in run_flags.model_dirs() if FLAGS.model_dir else []:
         translator, loaded = run_flags.load_run_translator(path)
-        translators.append(translator)
+        if FLAGS.alignments and not models:
+            align_fn = translator.align_function()
         models.append((translator.score_function(), loaded))
-    paths = run_flags.saved_models(FLAGS.saved_model) if FLAGS.saved_model else []
-    for path in paths:
-        score_fn, version = inference.load_exported_score_fn(path)
+    for path in run_flags.saved_models(FLAGS.saved_model) if FLAGS.saved_model else []:
+        names = [inference.SCORE_SIGNATURE]
+        if FLAGS.alignments and not models:  # from the same load of the export
+            names.append(inference.ALIGN_SIGNATURE)
+        (score_fn, *align), version = inference.load_exported_pairs_fns(path, *names)
+        align_fn = align[0] if align else align_fn
         models.append((score_fn, f"{version} (SavedModel)"))
-    align_fn = None
-    if FLAGS.alignments:
-        align_fn = (translators[0].align_function() if translators
-                    else inference.load_exported_align_fn(paths[0])[0])
     return models, align_fn
 
 
