@@ -704,15 +704,12 @@ def parse_nbest_line(line: bytes):
 
 def load_exported_translate_fn(path: str):
     """The text signature of an exported SavedModel (``export.export_for_serving``) as a
-    ``translate_fn`` for ``translate_in_batches`` / ``evaluation.translate_and_evaluate``. ``path``: a version folder, or the model's
-    base folder (its highest numeric version). Returns ``(translate_fn, version_path)``; a missing
-    or unusable export is a ValueError naming the path."""
-    loaded, path = _load_exported(path)
-    signature = loaded.signatures[TEXT_SIGNATURE]
-    if "inputs" not in signature.structured_input_signature[1]:
-        raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
-                         "export without the _ids suffix.")
-    return (lambda batch: signature(inputs=batch)), path
+    ``translate_fn`` for ``translate_in_batches`` / ``evaluation.translate_and_evaluate``.
+    ``path``: a version folder, or the model's base folder (its highest numeric version).
+    Returns ``(translate_fn, version_path)``; a missing or unusable export is a ValueError naming
+    the path."""
+    (translate_fn,), path = load_exported_fns(path, TEXT_SIGNATURE)
+    return translate_fn, path
 
 
 def load_exported_nbest_fn(path: str):
@@ -720,10 +717,9 @@ def load_exported_nbest_fn(path: str):
     ``translate_nbest_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns
     ``(nbest_fn, version_path, beam_size)``; an export without the signature (the ids-only one, or
     one written before n-best lists were exported) is a ValueError naming the path."""
-    signature, path = _exported_signature(path, NBEST_SIGNATURE, "n-best lists were; export the "
-                                          "run again for them")
-    beam_size = signature.structured_outputs["scores"].shape[1]
-    return (lambda batch: signature(inputs=batch)), path, beam_size
+    loaded, path = _load_exported(path)
+    signature = _signature(loaded, path, NBEST_SIGNATURE)
+    return _signature_fn(signature), path, signature.structured_outputs["scores"].shape[1]
 
 
 def load_exported_score_fn(path: str):
@@ -731,47 +727,58 @@ def load_exported_score_fn(path: str):
     ``score_in_batches``; ``path`` as for ``load_exported_translate_fn``. Returns ``(score_fn,
     version_path)``; an export without the signature (the ids-only one, or one written before
     scoring was exported) is a ValueError naming the path."""
-    (score_fn,), path = load_exported_pairs_fns(path, SCORE_SIGNATURE)
+    (score_fn,), path = load_exported_fns(path, SCORE_SIGNATURE)
     return score_fn, path
 
 
 def load_exported_align_fn(path: str):
     """``load_exported_score_fn`` for the ``align`` signature: ``(align_fn for align_in_batches,
     version_path)``."""
-    (align_fn,), path = load_exported_pairs_fns(path, ALIGN_SIGNATURE)
+    (align_fn,), path = load_exported_fns(path, ALIGN_SIGNATURE)
     return align_fn, path
 
 
-# What an export older than a signature over sentence pairs was exported before.
-_PAIRS_SIGNATURES_MISSING = {
+class MissingSignature(ValueError):
+    """An export older than the signature ``name``: the message names the export and what it was
+    exported before."""
+
+    def __init__(self, path, name):
+        super().__init__(f"{path} has no {name} signature: it was exported before "
+                         f"{_SIGNATURES_ADDED[name]}.")
+        self.name = name
+
+
+# What an export older than a signature of the text export was exported before.
+_SIGNATURES_ADDED = {
+    NBEST_SIGNATURE: "n-best lists were; export the run again for them",
     SCORE_SIGNATURE: "scoring was; export the run again to score with it",
     ALIGN_SIGNATURE: "alignments were; export the run again to align with it"}
 
 
-def load_exported_pairs_fns(path: str, *names):
-    """The export's signatures ``names`` over sentence pairs (``score``, ``align``) from one load
-    of it (each load reads the whole graph): ``([fn(sources, targets), ...], version path)``, an
-    export without one a ValueError as for ``load_exported_score_fn``."""
+def load_exported_fns(path: str, *names):
+    """The text export's signatures ``names`` (``serving_default``, ``translate_nbest``,
+    ``score``, ``align``) from one load of it (each load reads the whole graph), as the functions
+    their ``*_in_batches`` take: ``([fn, ...], version path)``. The ids-only export is a ValueError
+    naming the path, one without a signature a ``MissingSignature``."""
     loaded, path = _load_exported(path)
-    signatures = [_signature(loaded, path, name, _PAIRS_SIGNATURES_MISSING[name]) for name in names]
-    return [lambda sources, targets, signature=signature: signature(sources=sources, targets=targets)
-            for signature in signatures], path
+    return [_signature_fn(_signature(loaded, path, name)) for name in names], path
 
 
-def _exported_signature(path, name, missing):
-    """``(signature name of the export at path, version path)``; ``missing`` ends the error for an
-    export older than the signature ("... it was exported before {missing}.")."""
-    loaded, path = _load_exported(path)
-    return _signature(loaded, path, name, missing), path
+def _signature_fn(signature):
+    """An export's signature called as its ``*_in_batches`` calls it: on a batch of sentences, or
+    on sources and targets (signatures take keywords only)."""
+    if "inputs" in signature.structured_input_signature[1]:
+        return lambda batch: signature(inputs=batch)
+    return lambda sources, targets: signature(sources=sources, targets=targets)
 
 
-def _signature(loaded, path, name, missing):
-    """The signature ``name`` of the export ``loaded`` from ``path``; see ``_exported_signature``."""
+def _signature(loaded, path, name):
+    """The signature ``name`` of the text export ``loaded`` from ``path``."""
+    if "inputs" not in loaded.signatures[TEXT_SIGNATURE].structured_input_signature[1]:
+        raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
+                         "export without the _ids suffix.")
     if name not in loaded.signatures:
-        if "inputs" not in loaded.signatures[TEXT_SIGNATURE].structured_input_signature[1]:
-            raise ValueError(f"{path} has no text signature: it is the ids-only export; use the "
-                             "export without the _ids suffix.")
-        raise ValueError(f"{path} has no {name} signature: it was exported before {missing}.")
+        raise MissingSignature(path, name)
     return loaded.signatures[name]
 
 

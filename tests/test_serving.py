@@ -176,7 +176,7 @@ def test_score_signature_through_the_session_loader_gives_the_translators_scores
 def test_align_signature_through_the_session_loader_gives_the_translators_alignments(exports,
                                                                                    monkeypatch):
     from keras_transformer.inference import (ALIGN_SIGNATURE, SCORE_SIGNATURE, load_exported_align_fn,
-                                             load_exported_pairs_fns)
+                                             load_exported_fns)
 
     translator, text_path, _ = exports
     # Words split by spaces beyond ASCII's (str.split()'s), an empty target, a target cut to the
@@ -204,8 +204,8 @@ def test_align_signature_through_the_session_loader_gives_the_translators_alignm
     # as trainers.score --alignments loads the first export: both signatures from one load
     loads, load = [], tf.saved_model.load
     monkeypatch.setattr(tf.saved_model, "load", lambda *args: loads.append(args) or load(*args))
-    (score_fn, align_fn), path = load_exported_pairs_fns(os.path.dirname(text_path), SCORE_SIGNATURE,
-                                                         ALIGN_SIGNATURE)
+    (score_fn, align_fn), path = load_exported_fns(os.path.dirname(text_path), SCORE_SIGNATURE,
+                                                   ALIGN_SIGNATURE)
     assert path == text_path and len(loads) == 1
     np.testing.assert_array_equal(align_fn(tf.constant(sources), tf.constant(targets))["alignments"],
                                   expected["alignments"])

@@ -482,6 +482,43 @@ def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation
         "counted from the last, -1 to -2).")
 
 
+@pytest.mark.slow
+def test_a_saved_model_aligns_by_its_align_signature_and_an_older_one_by_its_rebuilt_model(
+        setup, checkpoint_output, exported, tmp_path):
+    """--alignments of a SavedModel: the last layer's pairs from the export's own graph (no
+    rebuild); of an export older than its align signature, from its model rebuilt here;
+    the same lines either way, the in-memory translator's."""
+    from keras_transformer import inference
+    from keras_transformer.weights import exported_version_path
+
+    export_dir, _, _ = exported
+    tiny = exported_version_path(os.path.join(export_dir, "tiny"))
+    older = str(tmp_path / "older" / "1")
+    loaded = tf.saved_model.load(tiny)
+    tf.saved_model.save(loaded, older, signatures={name: function for name, function
+                                                   in loaded.signatures.items()
+                                                   if name != inference.ALIGN_SIGNATURE})
+    shutil.copytree(os.path.join(tiny, "assets"), os.path.join(older, "assets"),
+                    dirs_exist_ok=True)
+    translator = run_translator(setup["model_dir"], **BEAM)
+    lines = [line for line in LINES if line.strip()]
+    want = parse(checkpoint_output[0])
+    translations = [text for line, (_, text) in zip(LINES, want) if line.strip()]
+    expected = inference.align_in_batches(translator.align_function(-1), lines, translations)
+    outputs = []
+    for path, rebuilt in [(tiny, False), (older, True)]:
+        code, stdout, stderr = run("translate", f"--saved_model={path}", "--alignments",
+                                   f"--input={setup['input']}", "--show_scores", "--batch_size=2")
+        assert code == 0, stderr
+        assert ("rebuilt here from its weights" in stderr) == rebuilt, stderr
+        rows = [line.split("\t") for line in stdout.decode("utf-8").split("\n")[:-1]]
+        assert [text for _, text, _ in rows] == [text for _, text in want]
+        assert [alignment for line, (_, _, alignment) in zip(LINES, rows)
+                if line.strip()] == expected
+        outputs.append(stdout)
+    assert outputs[0] == outputs[1]
+
+
 # --- sampling and ensembles (issue 34) -------------------------------------------------------------
 
 

@@ -114,7 +114,7 @@ def load_score_fns():
         names = [inference.SCORE_SIGNATURE]
         if FLAGS.alignments and not models:  # from the same load of the export
             names.append(inference.ALIGN_SIGNATURE)
-        (score_fn, *align), version = inference.load_exported_pairs_fns(path, *names)
+        (score_fn, *align), version = inference.load_exported_fns(path, *names)
         align_fn = align[0] if align else align_fn
         models.append((score_fn, f"{version} (SavedModel)"))
     return models, align_fn

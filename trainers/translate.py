@@ -49,7 +49,9 @@ assets/config.json), as a server runs it. Given any search flag (--beam_size, --
 --extra_length) or sampling flag, its model is rebuilt here instead and its weights searched by
 this program, with the settings it was exported with, each flag given replacing its own
 (``run_flags.load_exported_translator``): so the shipped model samples, or gives n-best lists
-longer than its beam, without its training run.
+longer than its beam, without its training run. With --alignments it aligns by its own graph
+too (its ``align`` signature, the last layer's); with --alignment_layer, or if it was exported
+before that signature, its model is rebuilt here for them.
 """
 
 import os
@@ -89,7 +91,8 @@ flags.DEFINE_bool("alignments", False,
                   "format, as fast_align and fairseq write it), each translated word with the "
                   "source word its subwords attended to most in a decoder layer "
                   "(--alignment_layer; heads averaged, as fairseq and OpenNMT-tf align); with "
-                  "--n_best, each hypothesis's. A SavedModel's model is rebuilt here for it.")
+                  "--n_best, each hypothesis's. A SavedModel aligns with its own align signature "
+                  "(the last layer's); for another layer its model is rebuilt here.")
 flags.DEFINE_integer("alignment_layer", -1,
                      "With --alignments: the decoder layer whose encoder-decoder attention aligns, "
                      "0 the first, negative from the last: -1 the last (fairseq's and OpenNMT-tf's "
@@ -164,45 +167,61 @@ def load_translate_fn():
 
     nbest = FLAGS.n_best > 1
     batches = inference.translate_nbest_in_batches if nbest else inference.translate_in_batches
-    # A SavedModel is rebuilt also for sampling and for --alignments (the attention), which no
-    # signature of its graph serves.
+    # A SavedModel is rebuilt also for sampling and for another layer's alignments (the
+    # attention), which no signature of its graph serves.
     if FLAGS.saved_model is not None and not run_flags.rebuilds_saved_model(
-            sampling_flags.given(), FLAGS.alignments):
-        # The export's own graph, as a server runs it.
-        if nbest:
-            try:
-                fn, source, beam_size = inference.load_exported_nbest_fn(FLAGS.saved_model)
-            except ValueError as error:
+            sampling_flags.given(), FLAGS.alignment_layer != -1):
+        try:
+            return exported_translate_fn(nbest, batches)
+        except inference.MissingSignature as error:
+            if error.name != inference.ALIGN_SIGNATURE:
                 raise ValueError(f"--n_best={FLAGS.n_best}: {error}") from None
-            check_exported_beam(beam_size, source)
-        else:
-            fn, source = inference.load_exported_translate_fn(FLAGS.saved_model)
-        decoding = inference.exported_decoding_config(source)
-        description = (f"{run_flags.describe_export(source)}, "
-                       + (decoding_flags.describe(decoding) if decoding else "search settings as exported"))
+            # An export older than its align signature: aligned by the model rebuilt here.
+    if FLAGS.saved_model is not None:
+        translator, description = run_flags.load_exported_translator(FLAGS.saved_model)
+        paths = run_flags.saved_models(FLAGS.saved_model)
+        source = (weights.exported_version_path(paths[0]) if len(paths) == 1
+                  else FLAGS.saved_model)
+        check_exported_beam(translator.decoding.beam_size, source)
     else:
-        if FLAGS.saved_model is not None:
-            translator, description = run_flags.load_exported_translator(FLAGS.saved_model)
-            paths = run_flags.saved_models(FLAGS.saved_model)
-            source = (weights.exported_version_path(paths[0]) if len(paths) == 1
-                      else FLAGS.saved_model)
-            check_exported_beam(translator.decoding.beam_size, source)
-        else:
-            translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
-                                                                FLAGS.vocab_path)
-            source = FLAGS.model_dir
-        sampling = sampling_flags.sampling_config()
-        if sampling is not None:
-            description += f", {sampling_flags.describe(sampling)}"
-        fn = translator.nbest_function() if nbest else translator.text_function(sampling)
-        if FLAGS.alignments:
-            try:
-                align_fn = translator.align_function(FLAGS.alignment_layer)
-            except ValueError as error:
-                raise app.UsageError(f"--{error}") from None
-            return aligned(fn, batches, align_fn), source, description
-    return (lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress),
-            source, description)
+        translator, description = run_flags.load_translator(decoding_flags.decoding_config(),
+                                                            FLAGS.vocab_path)
+        source = FLAGS.model_dir
+    sampling = sampling_flags.sampling_config()
+    if sampling is not None:
+        description += f", {sampling_flags.describe(sampling)}"
+    fn = translator.nbest_function() if nbest else translator.text_function(sampling)
+    if FLAGS.alignments:
+        try:
+            align_fn = translator.align_function(FLAGS.alignment_layer)
+        except ValueError as error:
+            raise app.UsageError(f"--{error}") from None
+        return aligned(fn, batches, align_fn), source, description
+    return in_batches(fn, batches), source, description
+
+
+def exported_translate_fn(nbest, batches):
+    """``load_translate_fn``'s result from the export's own graph, as a server runs it: its text
+    or n-best signature, with --alignments its align signature (the last layer's), from one load
+    of it."""
+    from keras_transformer import inference
+
+    names = [inference.NBEST_SIGNATURE if nbest else inference.TEXT_SIGNATURE]
+    if FLAGS.alignments:
+        names.append(inference.ALIGN_SIGNATURE)
+    (fn, *align_fn), source = inference.load_exported_fns(FLAGS.saved_model, *names)
+    decoding = inference.exported_decoding_config(source)
+    if nbest and decoding is not None:  # as the rebuilt model would search it
+        check_exported_beam(decoding.beam_size, source)
+    settings = decoding_flags.describe(decoding) if decoding else "search settings as exported"
+    description = f"{run_flags.describe_export(source)}, {settings}"
+    translate = aligned(fn, batches, *align_fn) if align_fn else in_batches(fn, batches)
+    return translate, source, description
+
+
+def in_batches(fn, batches):
+    """``load_translate_fn``'s ``translate``: ``fn`` (a text or n-best function) by ``batches``."""
+    return lambda sentences, progress=None: batches(fn, sentences, FLAGS.batch_size, progress)
 
 
 def aligned(translate_fn, batches, align_fn):
