@@ -23,6 +23,7 @@ sources too (exactly), whose translations a memory and a model may have seen.
 """
 
 import dataclasses
+import os
 import re
 from typing import Optional, Sequence, Tuple
 
@@ -200,8 +201,9 @@ SCRIPT_SAMPLE = 2000
 # n-grams of a larger one are hashed into.
 EXACT_PAIRS = 500_000
 HASHED_FEATURES = 2 ** 24
-# Sources looked up at a time, and the cosines (float64) one batch may hold.
-MAX_BATCH, SCORES_PER_BATCH = 256, 2 ** 25
+# Sources a thread looks up at a time, and the cosines (float64) all the threads' batches may hold
+# at once.
+MAX_BATCH, SCORES_AT_ONCE = 256, 2 ** 25
 
 
 def copy_floor(sources: Sequence[str]) -> list:
@@ -261,19 +263,28 @@ class TranslationMemory:
     def nearest(self, sources: Sequence[str]) -> Tuple[list, list]:
         """(index of the nearest training pair, its cosine) per source. Ties go to the earliest
         pair; a source without any known word has cosine 0 and gets pair 0."""
-        import numpy as np
+        from concurrent.futures import ThreadPoolExecutor
 
         # A source's cosines with every pair are one dense row (common words reach nearly all
-        # pairs): as many sources at a time as keep SCORES_PER_BATCH of them.
-        batch_size = max(1, min(MAX_BATCH, SCORES_PER_BATCH // len(self._targets)))
-        indices, similarities = [], []
-        for start in range(0, len(sources), batch_size):
-            scores = (self._vectorize(list(sources[start:start + batch_size]))
-                      @ self._columns).toarray()
-            best = np.argmax(scores, axis=1)  # the first maximum: the earliest pair on ties
-            indices.extend(int(i) for i in best)
-            similarities.extend(float(s) for s in scores[np.arange(len(best)), best])
-        return indices, similarities
+        # pairs), so a batch has as many sources as keep SCORES_AT_ONCE of them over all the
+        # threads; a thread on every CPU, since scipy's sparse products release the GIL.
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+        batch_size = max(1, min(MAX_BATCH, SCORES_AT_ONCE // (len(self._targets) * threads)))
+        batches = [list(sources[start:start + batch_size])
+                   for start in range(0, len(sources), batch_size)]
+        with ThreadPoolExecutor(threads) as pool:
+            found = list(pool.map(self._nearest_of_batch, batches))
+        return ([i for indices, _ in found for i in indices],
+                [s for _, similarities in found for s in similarities])
+
+    def _nearest_of_batch(self, sources):
+        import numpy as np
+
+        scores = (self._vectorize(sources) @ self._columns).toarray()
+        best = np.argmax(scores, axis=1)  # the first maximum: the earliest pair on ties
+        return ([int(i) for i in best],
+                [float(s) for s in scores[np.arange(len(best)), best]])
 
     def lookup(self, sources: Sequence[str]) -> list:
         """The retrieved translation of every source."""

@@ -203,12 +203,12 @@ def brute_force_nearest(sources):
 @pytest.mark.parametrize("exact_pairs,scores_per_batch", [
     (10 ** 6, 10 ** 6),  # every n-gram kept, all sources at once
     (0, 10 ** 6),        # hashed n-grams, as for a corpus above EXACT_PAIRS
-    (10 ** 6, 2 * len(TRAIN)),  # two sources at a time, as for a large corpus
+    (10 ** 6, len(TRAIN)),  # a source at a time in each thread, as for a large corpus
 ])
 def test_translation_memory_finds_exact_matches_and_the_nearest_pair(monkeypatch, exact_pairs,
                                                                      scores_per_batch):
     monkeypatch.setattr(evaluation, "EXACT_PAIRS", exact_pairs)
-    monkeypatch.setattr(evaluation, "SCORES_PER_BATCH", scores_per_batch)
+    monkeypatch.setattr(evaluation, "SCORES_AT_ONCE", scores_per_batch)
     memory = evaluation.TranslationMemory(TRAIN)
     sources = ["Select a cell.", "Click the OK button.", "Select a range of cells in Calc.",
                "Click Cancel.", "Open the deck.", "Zebra xylophone."]
