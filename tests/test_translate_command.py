@@ -121,6 +121,8 @@ def exported(setup):
 
 @pytest.mark.slow
 def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_output, exported):
+    from keras_transformer import inference
+
     export_dir, stdout, stderr = exported
     # The checkpoint it used, and why (the run has no averaged or best one), and the search.
     assert (f"export: {os.path.join(setup['model_dir'], 'ckpt-1')} (latest; the default: averaged, "
@@ -143,14 +145,23 @@ def test_export_then_saved_model_mode_gives_identical_output(setup, checkpoint_o
     assert os.path.join(export_dir, "tiny", "7") in stderr
     assert stdout == checkpoint_output[0]
 
-    # The n-best lists through the export's translate_nbest signature: those of the search.
+    # The n-best lists through the export's translate_nbest signature: those of the search; each
+    # hypothesis's word alignment through its align signature (the last layer's), not a rebuild.
     code, stdout, stderr = run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
-                               "--n_best=2", f"--input={setup['input']}")
+                               "--n_best=2", "--alignments", f"--input={setup['input']}")
     assert code == 0, stderr
     # The export says which weights it holds: the checkpoint trainers.export loaded.
     assert (f"{os.path.join(export_dir, 'tiny', '7')} (SavedModel, from "
             f"{os.path.join(setup['model_dir'], 'ckpt-1')}), beam 2, alpha 0.6, extra length 6") in stderr
-    assert_nbest_lists(parse_nbest(stdout), search_nbest(setup["model_dir"], **BEAM), 2)
+    assert "rebuilt" not in stderr
+    rows = [line.split("\t") for line in stdout.decode("utf-8").split("\n")[:-1]]
+    nbest = search_nbest(setup["model_dir"], **BEAM)
+    assert_nbest_lists(parse_nbest("".join(f"{i}\t{s}\t{t}\n" for i, s, t, _ in rows).encode()),
+                       nbest, 2)
+    hypotheses = [(line, text) for line in LINES if line.strip() for text in nbest[line][0][:2]]
+    translator = run_translator(setup["model_dir"], **BEAM)
+    assert [alignment for index, _, _, alignment in rows if LINES[int(index)].strip()] == \
+        inference.align_in_batches(translator.align_function(), *zip(*hypotheses))
     # Longer than its beam: one line naming the flag that searches its weights here instead...
     version = os.path.join(export_dir, "tiny", "7")
     assert_clean_error(run("translate", f"--saved_model={os.path.join(export_dir, 'tiny')}",
@@ -482,41 +493,33 @@ def test_alignments_are_the_in_memory_translators_word_pairs_of_each_translation
         "counted from the last, -1 to -2).")
 
 
-@pytest.mark.slow
-def test_a_saved_model_aligns_by_its_align_signature_and_an_older_one_by_its_rebuilt_model(
+def test_an_export_older_than_its_align_signature_aligns_by_its_model_rebuilt_here(
         setup, checkpoint_output, exported, tmp_path):
-    """--alignments of a SavedModel: the last layer's pairs from the export's own graph (no
-    rebuild); of an export older than its align signature, from its model rebuilt here;
-    the same lines either way, the in-memory translator's."""
+    """(An export's own align signature is tested with its n-best lists above.)"""
     from keras_transformer import inference
     from keras_transformer.weights import exported_version_path
 
     export_dir, _, _ = exported
-    tiny = exported_version_path(os.path.join(export_dir, "tiny"))
+    export = exported_version_path(os.path.join(export_dir, "tiny"))
     older = str(tmp_path / "older" / "1")
-    loaded = tf.saved_model.load(tiny)
+    loaded = tf.saved_model.load(export)
     tf.saved_model.save(loaded, older, signatures={name: function for name, function
                                                    in loaded.signatures.items()
                                                    if name != inference.ALIGN_SIGNATURE})
-    shutil.copytree(os.path.join(tiny, "assets"), os.path.join(older, "assets"),
+    shutil.copytree(os.path.join(export, "assets"), os.path.join(older, "assets"),
                     dirs_exist_ok=True)
-    translator = run_translator(setup["model_dir"], **BEAM)
-    lines = [line for line in LINES if line.strip()]
+    code, stdout, stderr = run("translate", f"--saved_model={older}", "--alignments",
+                               f"--input={setup['input']}", "--show_scores", "--batch_size=2")
+    assert code == 0, stderr
+    assert "rebuilt here from its weights: beam 2, alpha 0.6, extra length 6" in stderr
+    rows = [line.split("\t") for line in stdout.decode("utf-8").split("\n")[:-1]]
     want = parse(checkpoint_output[0])
+    assert [text for _, text, _ in rows] == [text for _, text in want]
+    lines = [line for line in LINES if line.strip()]
     translations = [text for line, (_, text) in zip(LINES, want) if line.strip()]
-    expected = inference.align_in_batches(translator.align_function(-1), lines, translations)
-    outputs = []
-    for path, rebuilt in [(tiny, False), (older, True)]:
-        code, stdout, stderr = run("translate", f"--saved_model={path}", "--alignments",
-                                   f"--input={setup['input']}", "--show_scores", "--batch_size=2")
-        assert code == 0, stderr
-        assert ("rebuilt here from its weights" in stderr) == rebuilt, stderr
-        rows = [line.split("\t") for line in stdout.decode("utf-8").split("\n")[:-1]]
-        assert [text for _, text, _ in rows] == [text for _, text in want]
-        assert [alignment for line, (_, _, alignment) in zip(LINES, rows)
-                if line.strip()] == expected
-        outputs.append(stdout)
-    assert outputs[0] == outputs[1]
+    translator = run_translator(setup["model_dir"], **BEAM)
+    assert [alignment for line, (_, _, alignment) in zip(LINES, rows) if line.strip()] == \
+        inference.align_in_batches(translator.align_function(), lines, translations)
 
 
 # --- sampling and ensembles (issue 34) -------------------------------------------------------------
