@@ -211,7 +211,7 @@ def exported_translate_fn(nbest, batches):
         names.append(inference.ALIGN_SIGNATURE)
     (fn, *align_fn), source = inference.load_exported_fns(FLAGS.saved_model, *names)
     decoding = inference.exported_decoding_config(source)
-    if nbest and decoding is not None:  # as the rebuilt model would search it
+    if nbest and decoding is not None:  # the beam its graph was traced with, as recorded
         check_exported_beam(decoding.beam_size, source)
     settings = decoding_flags.describe(decoding) if decoding else "search settings as exported"
     description = f"{run_flags.describe_export(source)}, {settings}"
