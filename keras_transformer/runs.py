@@ -2,7 +2,8 @@
 
     model_dir/
       config.json          {"model": TransformerConfig, "training": TrainingConfig, "data": DataConfig,
-                            "vocab_path": ..., "init_from": {...} (a fine-tuned run's source), ...}:
+                            "working_dir": the folder training ran in, "vocab_path": ...,
+                            "init_from": {...} (a fine-tuned run's source), ...}:
                             written when training starts
       summary.json         what the last training run did (steps, stop reason, losses, checkpoints)
       vocab.model          the run's own copy of its subword vocabulary
@@ -37,6 +38,15 @@ HYPOTHESES_FILE = "{split}.hyp"
 # config.json's record of where a fine-tuned run's weights came from (training/init_from.py):
 # {"given", "run_dir", "checkpoint", "checkpoint_name", "unknown_piece_rate"}.
 INIT_FROM_KEY = "init_from"
+# config.json's record of the folder the training command ran in. The data record keeps the paths
+# as the command was given them; a program running in another folder reads a relative one that is
+# not found from there in this one (``data_config``), so that a project copied or moved whole,
+# runs and data together, reads its own copies.
+WORKING_DIR_KEY = "working_dir"
+# The DataConfig fields that name files or folders; the first three are specs (``SRC,TGT``).
+DATA_SPEC_FIELDS = ("train_data", "dev_data", "test_data")
+DATA_PATH_FIELDS = DATA_SPEC_FIELDS + ("data_dir", "ding_file", "libreoffice_help_dir",
+                                       "vocab_path")
 # A copy of the vocabulary inside the run folder, looked for first (a run that carries its own
 # vocabulary cannot lose it when data/ is cleaned or moved).
 VOCABULARY_FILE = "vocab.model"
@@ -130,7 +140,10 @@ def model_config(run: dict):
 
 def data_config(run: dict):
     """The ``DataConfig`` a run was trained on, or None if its config.json records none (or one of
-    another version of this project)."""
+    another version of this project). Its relative paths are the training command's: read from
+    this program's folder, else, where not found there, from the folder training ran in
+    (``WORKING_DIR_KEY``). An export's record names no folder: its paths are read from this
+    program's."""
     from keras_transformer.data.config import DataConfig
 
     recorded = run.get("data")
@@ -139,9 +152,28 @@ def data_config(run: dict):
     # Runs recorded before held-out splits trained on every pair of their training file.
     recorded = {"hold_out": False, **recorded}
     try:
-        return DataConfig(**recorded)
+        return _from_working_dir(DataConfig(**recorded), run.get(WORKING_DIR_KEY))
     except (TypeError, ValueError):
         return None
+
+
+def _from_working_dir(config, folder):
+    """``config`` with each relative path that is not found from this program's folder but is from
+    ``folder`` (a training command's working folder) made absolute from there."""
+    import dataclasses
+
+    if not isinstance(folder, str) or not os.path.isabs(folder):
+        return config
+
+    def there(path):
+        if os.path.isabs(path) or writing.remote(path) or os.path.exists(path):
+            return path
+        found = os.path.normpath(os.path.join(folder, path))
+        return found if os.path.exists(found) else path
+
+    return dataclasses.replace(config, **{
+        name: ",".join(map(there, value.split(","))) if name in DATA_SPEC_FIELDS else there(value)
+        for name in DATA_PATH_FIELDS if (value := getattr(config, name))})
 
 
 def resumed_data(model_dir: Optional[str]):

@@ -352,14 +352,15 @@ def test_a_data_flag_wins_over_the_exports_record(trained_on_files):
 
 
 def test_a_run_alone_is_scored_on_the_test_split_it_was_trained_with(trained_on_files):
-    """...and its export, rebuilt with another search (evaluate's search flag, or exported again
-    with it), translates as the run with that search."""
+    """...also from another folder: the run's relative paths are read from the folder its
+    training ran in. And its export, rebuilt with another search (evaluate's search flag, or
+    exported again with it), translates as the run with that search."""
     base = trained_on_files
-    code, stdout, stderr = run("--model_dir=runs/files", "--beam_size=1", "--output=run.hyp",
-                               cwd=base)
+    code, stdout, stderr = run(f"--model_dir={base.name}/runs/files", "--beam_size=1",
+                               f"--output={base.name}/run.hyp", cwd=base.parent)
     assert code == 0, stderr[-3000:]
     data_line, count, bleu, hypotheses = scored(stdout, base, "run.hyp")
-    assert data_line == "data: files test split test.tsv (from the run)"
+    assert data_line == f"data: files test split {base / 'test.tsv'} (from the run)"
     assert count == len(hypotheses) == len(TEST_PAIRS)
     origin = f"from {os.path.join('runs/files', 'averaged', 'ckpt')}"
 

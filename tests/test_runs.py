@@ -4,6 +4,8 @@ said when none exists, that a run on a TensorFlow file system reads as one on th
 that a run resumes only on the sentence pairs it trained on."""
 
 import os
+import re
+import shutil
 import time
 
 import pytest
@@ -130,6 +132,52 @@ def test_a_run_resumes_only_on_the_pairs_it_trained_on(tmp_path, monkeypatch):
             f"model_dir={run} holds a run trained on other data ({named}); resume it with the "
             f"data it trained on, or train on this data in another model_dir (init_from={run} "
             "starts from its weights).")
+
+
+def test_a_runs_relative_data_paths_not_found_here_are_read_from_its_training_folder(tmp_path,
+                                                                                    monkeypatch):
+    """The record keeps the training command's paths and its working folder: a program running in
+    another folder reads there the run's files it does not find from where it runs, so it resumes
+    with the same files named from there; a project copied or moved whole reads its own copies,
+    and absolute or remote paths, or ones found nowhere, are read as given."""
+    import dataclasses
+
+    from keras_transformer.data import DataConfig
+
+    trained_in, elsewhere = tmp_path / "project", tmp_path / "other"
+    (trained_in / "data").mkdir(parents=True)
+    (elsewhere / "data").mkdir(parents=True)
+    for name in ("a.tsv", "a.en", "a.de"):
+        (trained_in / name).write_text("one\teins\n", encoding="utf-8")
+    trained = DataConfig(dataset="files", train_data="a.tsv", test_data="a.en,a.de",
+                         dev_data="gone.tsv", vocab_path="/abs/vocab.model", data_dir="data",
+                         ding_file="gs://bucket/ding.txt")
+    run = str(tmp_path / "run")
+    runs.write_json(os.path.join(run, runs.CONFIG_FILE), {
+        "data": dataclasses.asdict(trained), runs.WORKING_DIR_KEY: str(trained_in)})
+    write(os.path.join(run, "ckpt-1"), 1)
+    record = runs.read_config(run)
+
+    monkeypatch.chdir(trained_in)
+    assert runs.data_config(record) == trained  # where training ran: the paths as given
+    monkeypatch.chdir(elsewhere)
+    assert runs.data_config(record) == dataclasses.replace(
+        trained, train_data=str(trained_in / "a.tsv"),
+        test_data=f"{trained_in / 'a.en'},{trained_in / 'a.de'}")  # its own data/ is found here
+    assert runs.data_config({"data": dataclasses.asdict(trained)}) == trained  # an export's
+    runs.check_data(run, dataclasses.replace(trained, train_data="../project/a.tsv",
+                                             test_data="../project/a.en,../project/a.de"))
+    with pytest.raises(ValueError, match=re.escape(
+            f"train_data={str(trained_in / 'a.tsv')!r}, not 'b.tsv')")):
+        runs.check_data(run, dataclasses.replace(trained, train_data="b.tsv",
+                                                 test_data="../project/a.en,../project/a.de"))
+    shutil.copytree(trained_in, tmp_path / "copy")  # the same names, found where it runs
+    monkeypatch.chdir(tmp_path / "copy")
+    assert runs.data_config(record) == trained
+    runs.check_data(run, trained)
+    shutil.move(trained_in, tmp_path / "moved")
+    monkeypatch.chdir(elsewhere)
+    assert runs.data_config(record) == trained  # found nowhere: as given
 
 
 def test_a_folder_is_its_checkpoint_and_a_relative_name_is_also_looked_for_in_the_run(

@@ -32,8 +32,9 @@ model that comes with the project (saved_models/README.md states what it scores)
 The test set is the corpus the model was trained on: a run records it in its config.json and an
 export in its assets/config.json, so ``--model_dir=runs/x`` or ``--saved_model=saved_models/x``
 alone scores that corpus' test split. Its paths are recorded as the training command was given
-them: relative ones are read from the folder evaluate runs in, so run it where training ran (or
-pass the data flags). Any data flag given (``trainers/data_flags.py``: --dataset, --test_data, ...)
+them: relative ones are read from the folder evaluate runs in, and a run's not found there from
+the folder its training ran in (its config.json records it); so run evaluate on an export where
+training ran (or pass the data flags). Any data flag given (``trainers/data_flags.py``: --dataset, --test_data, ...)
 chooses the corpus instead, of the recorded dataset where --dataset is not given (``--model_dir=
 runs/x --test_data=other.tsv`` on a run trained on own files scores other.tsv); a run or export
 that records no corpus (an export written before exports recorded it) gets the data flags'
@@ -179,9 +180,11 @@ def read_pairs(config, split, limit, origin):
     try:
         sources, references = data.read_pairs(config, split, limit)
     except (ValueError, data.DataNotFoundError) as error:
+        where = {"the run": "this folder, else from the folder training ran in",
+                 "the export": "the folder evaluate runs in: run it where training ran"}
         hint = (f" ({origin} records this corpus with the paths its training command was given, "
-                "relative ones from the folder it ran in: run evaluate there, or name the data "
-                "with the data flags)") if origin in RECORDS else ""
+                f"relative ones read from {where[origin]}; or name the data with the data "
+                "flags)") if origin in RECORDS else ""
         raise ValueError(f"no {split} data: {error}{hint}") from None
     if not sources:
         raise ValueError(f"the {split} split of {config.dataset} is empty.")

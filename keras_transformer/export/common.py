@@ -69,9 +69,11 @@ def export_settings(translator):
     """The configuration an export of ``translator`` carries: its model config, its search
     settings and, under ``"data"``, the corpus it was trained on in the form of the run's own
     config.json (``runs.data_config`` reads either), so that the export can be scored on that
-    corpus' test split. Paths are recorded as the training command was given them: relative ones
-    resolve from the folder it ran in. ``"data"`` is None for a Translator not loaded from a run
-    folder (only ``runs.load_translator`` knows the run's corpus), unless it is given one.
+    corpus' test split. Paths are recorded as the training command was given them (or as read from
+    its folder, by a program running elsewhere: ``runs.data_config``): relative ones resolve from
+    the folder a program reading the export runs in. ``"data"`` is None for a Translator not
+    loaded from a run folder (only ``runs.load_translator`` knows the run's corpus), unless it is
+    given one.
     ``"checkpoint"``: the checkpoint the weights were restored from, as it was given (a
     translator loaded from a run folder, or from an export that records it). ``"selected"``: why
     these weights, where the translator says (``--export_best``: the step and its dev BLEU)."""

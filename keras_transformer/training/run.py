@@ -84,8 +84,9 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
                                 else "dev_bleu_sentences > 0") + ".")
 
     model_config = run_model_config(preset, model_overrides, tokenizer.vocab_size, data_config)
-    info = {"data": dataclasses.asdict(data_config), "vocab_path": tokenizer.path,
-            "preset": preset, "dev_bleu_sentences": dev_bleu_sentences, **(run_info or {})}
+    info = {"data": dataclasses.asdict(data_config), runs.WORKING_DIR_KEY: os.getcwd(),
+            "vocab_path": tokenizer.path, "preset": preset,
+            "dev_bleu_sentences": dev_bleu_sentences, **(run_info or {})}
     if init_info:
         info[runs.INIT_FROM_KEY] = init_info
     trainer = Trainer(model_config, training_config, strategy, run_info=info)
