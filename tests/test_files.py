@@ -141,6 +141,28 @@ def test_empty_lines_at_a_files_end_are_left_out(tmp_path):
         files.check(files.parse_spec(write(tmp_path / "c.tsv", "\n\n")))
 
 
+@pytest.mark.parametrize("first, header", [
+    ("source\ttarget", "source<TAB>target"), ("\ufeffEN\tDE\r", "EN<TAB>DE"),
+    ("en-US\tde_AT", "en-US<TAB>de_AT"), ("English\tsrc", "English<TAB>src"),
+    ("Hello\tHallo", None), ("yes\tja", None), ("de\tde", None), ("the\tder", None)])
+def test_a_first_line_of_column_names_is_said_with_its_file(tmp_path, first, header):
+    """A header (pandas' ``to_csv(sep="\t")`` writes one) would train as a pair: the programs' data
+    line names the file and says so; words that are a pair, or the same word twice, are not one."""
+    import gzip
+
+    text = first + "\n" + "".join(f"{s}\t{t}\n" for s, t in PAIRS)
+    plain, packed = (write(tmp_path / "train.tsv", text),
+                     write(tmp_path / "test.tsv", gzip.compress(text.encode("utf-8"))))
+    for spec in (plain, packed):
+        assert files.header_line(files.parse_spec(spec)) == header
+    config = data.DataConfig(dataset="files", train_data=plain, test_data=packed)
+    said = [f"the first line of {spec} ({header}) looks like column names and is read as a "
+            "sentence pair: delete it if it is a header" for spec in (plain, packed)]
+    assert data.splits_note(config) == ("; ".join(said) if header else "")  # (too few to hold out)
+    (tmp_path / "train.en").write_text(first + "\n", encoding="utf-8")  # not a TSV: no columns
+    assert files.header_line(files.parse_spec(f"{tmp_path / 'train.en'},{plain}")) is None
+
+
 def test_bad_aligned_files_name_file_and_line(tmp_path):
     en = write(tmp_path / "x.en", "One.\nTwo.\nThree.\n")
     de = write(tmp_path / "x.de", "Eins.\nZwei.\n")

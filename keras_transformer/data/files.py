@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import gzip
 import os
+import re
 import zlib
 from typing import TYPE_CHECKING, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -141,6 +142,32 @@ def split_tsv_line(line, where: str):
             f"{where}: {what}; each line must be source<TAB>target with exactly one tab{more}"
         )
     return fields
+
+
+# What a TSV's first line holds when it names its columns, as spreadsheets and pandas
+# (``to_csv(sep="\t")``) write them: words like these, or language codes (``en``, ``de-AT``).
+HEADER_NAMES = frozenset({"source", "target", "src", "tgt", "input", "output", "text",
+                          "translation", "sentence", "original", "reference", "english", "german",
+                          "french", "spanish", "italian", "chinese", "japanese", "russian"})
+LANGUAGE_CODE = re.compile(r"[a-z]{2}([-_][a-z]{2,4})?")
+
+
+def header_line(spec: FileSpec) -> Optional[str]:
+    """The first line of the TSV file of ``spec`` (``"source<TAB>target"``) if it looks like the
+    names of its columns: two different fields, each one of ``HEADER_NAMES`` or a language code.
+    Read as a sentence pair it trains, or is scored, as one; None otherwise (and for two files, or
+    a file that cannot be read: ``check`` says why)."""
+    if not spec.is_tsv:
+        return None
+    try:
+        first = next(_lines(spec.source), None)
+    except ValueError:
+        return None
+    fields = [field.strip().lower() for field in first[1].split("\t")] if first else []
+    if (len(fields) == 2 and fields[0] != fields[1]
+            and all(f in HEADER_NAMES or LANGUAGE_CODE.fullmatch(f) for f in fields)):
+        return first[1].strip().replace("\t", "<TAB>")
+    return None
 
 
 def _check_tsv(path: str) -> int:

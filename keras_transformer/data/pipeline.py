@@ -182,8 +182,9 @@ def sized_as(config: DataConfig, recorded: Optional[DataConfig] = None) -> DataC
 def splits_note(config: DataConfig) -> str:
     """How ``config``'s dev and test splits relate to its training pairs, for the programs' output
     ("" if there is nothing to say): what is held out of the training file, e.g. "dev and test held
-    out of train.tsv by a hash of each source sentence", and a dev or test file that is the
-    training file itself, whose scores are then of pairs the model trains on."""
+    out of train.tsv by a hash of each source sentence", a dev or test file that is the training
+    file itself, whose scores are then of pairs the model trains on, and a file whose first line
+    looks like a header of column names (``files.header_line``)."""
     notes = []
     held_out = held_out_splits(config)
     if held_out:
@@ -194,6 +195,12 @@ def splits_note(config: DataConfig) -> str:
         notes += [f"{split}_data is the training file: its scores are of pairs the model trains "
                   "on" for split, spec in (("dev", config.dev_data), ("test", config.test_data))
                   if spec and os.path.realpath(spec.split(",")[0]) == trained]
+    for flag in _SPEC_FLAGS.values():
+        spec = getattr(config, flag) if config.dataset == FILES_DATASET else None
+        header = spec and files.header_line(files.parse_spec(spec, flag))
+        if header:
+            notes.append(f"the first line of {spec} ({header}) looks like column names and is "
+                         "read as a sentence pair: delete it if it is a header")
     return "; ".join(notes)
 
 
