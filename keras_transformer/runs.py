@@ -22,6 +22,7 @@ it holds and restoring it are ``keras_transformer.weights``'s; this module finds
 (by name or path) and hands it there.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -160,8 +161,6 @@ def data_config(run: dict):
 def _from_working_dir(config, folder):
     """``config`` with each relative path that is not found from this program's folder but is from
     ``folder`` (a training command's working folder) made absolute from there."""
-    import dataclasses
-
     if not isinstance(folder, str) or not os.path.isabs(folder):
         return config
 

@@ -34,8 +34,8 @@ export in its assets/config.json, so ``--model_dir=runs/x`` or ``--saved_model=s
 alone scores that corpus' test split. Its paths are recorded as the training command was given
 them: relative ones are read from the folder evaluate runs in, and a run's not found there from
 the folder its training ran in (its config.json records it); so run evaluate on an export where
-training ran (or pass the data flags). Any data flag given (``trainers/data_flags.py``: --dataset, --test_data, ...)
-chooses the corpus instead, of the recorded dataset where --dataset is not given (``--model_dir=
+training ran (or pass the data flags). Any data flag given (``trainers/data_flags.py``:
+--dataset, --test_data, ...) chooses the corpus instead, of the recorded dataset where --dataset is not given (``--model_dir=
 runs/x --test_data=other.tsv`` on a run trained on own files scores other.tsv); a run or export
 that records no corpus (an export written before exports recorded it) gets the data flags'
 defaults. The first line says which corpus and why. The translation memory of --floors looks up
