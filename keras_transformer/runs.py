@@ -40,9 +40,10 @@ HYPOTHESES_FILE = "{split}.hyp"
 # {"given", "run_dir", "checkpoint", "checkpoint_name", "unknown_piece_rate"}.
 INIT_FROM_KEY = "init_from"
 # config.json's record of the folder the training command ran in. The data record keeps the paths
-# as the command was given them; a program running in another folder reads a relative one that is
-# not found from there in this one (``data_config``), so that a project copied or moved whole,
-# runs and data together, reads its own copies.
+# as the command was given them, and so does a fine-tuned run's record of its source; a program
+# running in another folder reads a relative one that is not found from there in this one
+# (``recorded_path``), so that a project copied or moved whole, runs and data together, reads its
+# own copies.
 WORKING_DIR_KEY = "working_dir"
 # The DataConfig fields that name files or folders; the first three are specs (``SRC,TGT``).
 DATA_SPEC_FIELDS = ("train_data", "dev_data", "test_data")
@@ -141,10 +142,8 @@ def model_config(run: dict):
 
 def data_config(run: dict):
     """The ``DataConfig`` a run was trained on, or None if its config.json records none (or one of
-    another version of this project). Its relative paths are the training command's: read from
-    this program's folder, else, where not found there, from the folder training ran in
-    (``WORKING_DIR_KEY``). An export's record names no folder: its paths are read from this
-    program's."""
+    another version of this project). Its paths as this program finds them (``recorded_path``;
+    an export's record names no working folder: its paths are read from this program's)."""
     from keras_transformer.data.config import DataConfig
 
     recorded = run.get("data")
@@ -153,26 +152,31 @@ def data_config(run: dict):
     # Runs recorded before held-out splits trained on every pair of their training file.
     recorded = {"hold_out": False, **recorded}
     try:
-        return _from_working_dir(DataConfig(**recorded), run.get(WORKING_DIR_KEY))
+        config = DataConfig(**recorded)
+        return dataclasses.replace(config, **{
+            name: ",".join(recorded_path(run, path) for path in value.split(","))
+            if name in DATA_SPEC_FIELDS else recorded_path(run, value)
+            for name in DATA_PATH_FIELDS if (value := getattr(config, name))})
     except (TypeError, ValueError):
         return None
 
 
-def _from_working_dir(config, folder):
-    """``config`` with each relative path that is not found from this program's folder but is from
-    ``folder`` (a training command's working folder) made absolute from there."""
-    if not isinstance(folder, str) or not os.path.isabs(folder):
-        return config
+def recorded_path(run: dict, path):
+    """A path that the run's config.json (``run``) records as its training command was given it,
+    as this program finds it: a relative one not found from this program's folder but found from
+    the folder training ran in (``WORKING_DIR_KEY``) is made absolute from there; any other as
+    recorded. A checkpoint prefix is found by its index file."""
+    folder = run.get(WORKING_DIR_KEY)
 
-    def there(path):
-        if os.path.isabs(path) or writing.remote(path) or os.path.exists(path):
-            return path
-        found = os.path.normpath(os.path.join(folder, path))
-        return found if os.path.exists(found) else path
+    def found(where):
+        return os.path.exists(where) or os.path.exists(where + ".index")
 
-    return dataclasses.replace(config, **{
-        name: ",".join(map(there, value.split(","))) if name in DATA_SPEC_FIELDS else there(value)
-        for name in DATA_PATH_FIELDS if (value := getattr(config, name))})
+    if (not isinstance(path, str) or not path or not isinstance(folder, str)
+            or not os.path.isabs(folder) or os.path.isabs(path) or writing.remote(path)
+            or found(path)):
+        return path
+    there = os.path.normpath(os.path.join(folder, path))
+    return there if found(there) else path
 
 
 def resumed_data(model_dir: Optional[str]):

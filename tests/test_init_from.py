@@ -385,3 +385,53 @@ def test_a_resumed_run_is_resumed_with_the_source_it_started_from(tmp_path):
                                          "checkpoints; a run from this model needs another "
                                          "--model_dir.$"):
         init_from.check_resumed(str(run), str(tmp_path / "other"))
+
+
+def test_a_resume_from_another_folder_names_the_same_source_from_there(tmp_path, monkeypatch):
+    """The record's source, named relative to the folder training ran in, is the same source
+    named from another folder (``runs.recorded_path``); another source is refused there too."""
+    import tensorflow as tf
+
+    from keras_transformer.training import init_from
+
+    trained_in, elsewhere = tmp_path / "project", tmp_path / "other"
+    elsewhere.mkdir()
+    for name in ("source", "another"):
+        tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)),
+                                   str(trained_in / name), 1).save()
+        runs.write_json(str(trained_in / name / runs.CONFIG_FILE), {"model": TINY.to_dict()})
+    run = tmp_path / "run"
+    tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(1.0)), str(run), 1).save()
+    monkeypatch.chdir(trained_in)
+    runs.write_json(str(run / runs.CONFIG_FILE), {
+        runs.WORKING_DIR_KEY: str(trained_in),
+        runs.INIT_FROM_KEY: init_from.resolve("source").record()})
+    monkeypatch.chdir(elsewhere)
+    init_from.check_resumed(str(run), "../project/source")
+    with pytest.raises(ValueError, match="the run in .* started from source and resumes"):
+        init_from.check_resumed(str(run), "../project/another")
+
+
+def test_a_fine_tuned_run_resumed_from_another_folder_keeps_its_source_as_found(source, tmp_path,
+                                                                                 monkeypatch):
+    """A resume from another folder records that folder as its working folder: the record of the
+    source (named relative to the first folder) is carried as found from there, so that the
+    same source named from the new folder still resumes it."""
+    from keras_transformer.training import init_from
+
+    trained_in, elsewhere = tmp_path / "project", tmp_path / "other"
+    shutil.copytree(source["dir"], trained_in / "source")
+    elsewhere.mkdir()
+    tuned_dir = str(tmp_path / "tuned")
+    monkeypatch.chdir(trained_in)
+    Trainer(TINY, train_config(tuned_dir, train_steps=1, init_from="source"),
+            run_info={runs.WORKING_DIR_KEY: str(trained_in)}).fit(other_batches)
+    monkeypatch.chdir(elsewhere)
+    init_from.check_resumed(tuned_dir, "../project/source")
+    Trainer(TINY, train_config(tuned_dir, train_steps=2, init_from="../project/source"),
+            run_info={runs.WORKING_DIR_KEY: str(elsewhere)}).fit(other_batches)
+    record = runs.read_config(tuned_dir)[runs.INIT_FROM_KEY]
+    assert record["given"] == "source"
+    assert record["run_dir"] == str(trained_in / "source")
+    assert record["checkpoint"].startswith(str(trained_in / "source") + os.sep)
+    init_from.check_resumed(tuned_dir, "../project/source")

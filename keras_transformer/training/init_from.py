@@ -62,14 +62,15 @@ def check_resumed(model_dir: str, given: Optional[str]) -> None:
     if not given or not tf.train.latest_checkpoint(model_dir):
         return
     try:
-        recorded = runs.read_config(model_dir).get(runs.INIT_FROM_KEY) or {}
+        run = runs.read_config(model_dir)
     except (OSError, ValueError):
         return  # no readable record: the trainer's own checks speak
+    recorded = run.get(runs.INIT_FROM_KEY) or {}
     if recorded.get("given") == given:
         return
-    try:  # the same source named otherwise (a relative path, its base folder)?
+    try:  # the same source named otherwise (from another folder, its base folder)?
         same = os.path.realpath(resolve(given).checkpoint) == \
-            os.path.realpath(str(recorded.get("checkpoint")))
+            os.path.realpath(runs.recorded_path(run, str(recorded.get("checkpoint"))))
     except ValueError:
         same = False
     if not same:

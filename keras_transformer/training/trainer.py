@@ -259,7 +259,12 @@ class Trainer:
         if tf.io.gfile.exists(path) and tf.train.latest_checkpoint(self.config.model_dir):
             previous_run = runs.read_config(self.config.model_dir)
             if runs.INIT_FROM_KEY in previous_run:  # where its first weights came from, for good
-                info[runs.INIT_FROM_KEY] = previous_run[runs.INIT_FROM_KEY]
+                source = previous_run[runs.INIT_FROM_KEY]
+                if isinstance(source, dict):  # its paths as found from here, which this run may
+                    source = {**source, **{  # record as its working folder instead
+                        key: runs.recorded_path(previous_run, source[key])
+                        for key in ("run_dir", "checkpoint") if key in source}}
+                info[runs.INIT_FROM_KEY] = source
             previous_ema = (previous_run.get("training") or {}).get("ema_decay")
             if (previous_ema is None) != (self.config.ema_decay is None):
                 # The averages are optimizer variables: with or without them, the optimizer's
