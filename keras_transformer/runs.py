@@ -334,14 +334,15 @@ def default_checkpoint(model_dir: str) -> Tuple[str, str]:
 
 def vocabulary_path(model_dir: str, run: dict, vocab_path: Optional[str] = None) -> str:
     """``vocab_path`` if given, else ``model_dir/vocab.model``, else the run's recorded
-    ``vocab_path``, else its data config's default vocabulary path; the first that exists."""
+    ``vocab_path`` (``recorded_path``), else its data config's default vocabulary path; the first
+    that exists."""
     if vocab_path:
         if not os.path.isfile(vocab_path):
             raise ValueError(f"vocabulary file {vocab_path} not found.")
         return vocab_path
     candidates = [os.path.join(model_dir, VOCABULARY_FILE)]
     if run.get("vocab_path"):
-        candidates.append(run["vocab_path"])
+        candidates.append(recorded_path(run, run["vocab_path"]))
     recorded_data = data_config(run)
     if recorded_data is not None:
         candidates.append(recorded_data.effective_vocab_path)

@@ -153,8 +153,10 @@ def test_a_runs_relative_data_paths_not_found_here_are_read_from_its_training_fo
                          dev_data="gone.tsv", vocab_path="/abs/vocab.model", data_dir="data",
                          ding_file="gs://bucket/ding.txt")
     run = str(tmp_path / "run")
+    (trained_in / "data" / "v.model").write_bytes(b"pieces")
     runs.write_json(os.path.join(run, runs.CONFIG_FILE), {
-        "data": dataclasses.asdict(trained), runs.WORKING_DIR_KEY: str(trained_in)})
+        "data": dataclasses.asdict(trained), runs.WORKING_DIR_KEY: str(trained_in),
+        "vocab_path": "data/v.model"})  # a run of before runs kept their own copy
     write(os.path.join(run, "ckpt-1"), 1)
     record = runs.read_config(run)
 
@@ -165,6 +167,7 @@ def test_a_runs_relative_data_paths_not_found_here_are_read_from_its_training_fo
         trained, train_data=str(trained_in / "a.tsv"),
         test_data=f"{trained_in / 'a.en'},{trained_in / 'a.de'}")  # its own data/ is found here
     assert runs.data_config({"data": dataclasses.asdict(trained)}) == trained  # an export's
+    assert runs.vocabulary_path(run, record) == str(trained_in / "data" / "v.model")
     runs.check_data(run, dataclasses.replace(trained, train_data="../project/a.tsv",
                                              test_data="../project/a.en,../project/a.de"))
     with pytest.raises(ValueError, match=re.escape(
