@@ -53,6 +53,22 @@ class InitSource:
                 "checkpoint_name": self.name}
 
 
+# The paths of that record, as its run's training command found them.
+RECORDED_PATHS = ("run_dir", "checkpoint")
+
+
+def carried_record(previous_run: dict):
+    """The ``"init_from"`` record of ``previous_run`` (a run's config.json) for the config.json of
+    its resume, with its paths as found from this program's folder (``runs.recorded_path``): the
+    resume records its own working folder, from which the first one's relative paths would not
+    be found."""
+    record = previous_run[runs.INIT_FROM_KEY]
+    if not isinstance(record, dict):
+        return record
+    return {**record, **{key: runs.recorded_path(previous_run, record[key])
+                         for key in RECORDED_PATHS if key in record}}
+
+
 def check_resumed(model_dir: str, given: Optional[str]) -> None:
     """A run resumed with ``given`` as its init_from is the run that started from it: it resumes
     from its own checkpoints, and another source (or one for a run that started from scratch)

@@ -34,6 +34,7 @@ from keras_transformer.training.checkpoints import (TRAINING_SECONDS, Checkpoint
                                                     write_model_checkpoint)
 from keras_transformer.training.early_stopping import METRICS, EarlyStopping
 from keras_transformer.training.ema import moving_average_weights
+from keras_transformer.training.init_from import carried_record as carried_init_from
 from keras_transformer.training.init_from import check_model
 from keras_transformer.training.init_from import resolve as resolve_init_source
 from keras_transformer.training.init_from import restore as restore_init_source
@@ -259,12 +260,7 @@ class Trainer:
         if tf.io.gfile.exists(path) and tf.train.latest_checkpoint(self.config.model_dir):
             previous_run = runs.read_config(self.config.model_dir)
             if runs.INIT_FROM_KEY in previous_run:  # where its first weights came from, for good
-                source = previous_run[runs.INIT_FROM_KEY]
-                if isinstance(source, dict):  # its paths as found from here, which this run may
-                    source = {**source, **{  # record as its working folder instead
-                        key: runs.recorded_path(previous_run, source[key])
-                        for key in ("run_dir", "checkpoint") if key in source}}
-                info[runs.INIT_FROM_KEY] = source
+                info[runs.INIT_FROM_KEY] = carried_init_from(previous_run)
             previous_ema = (previous_run.get("training") or {}).get("ema_decay")
             if (previous_ema is None) != (self.config.ema_decay is None):
                 # The averages are optimizer variables: with or without them, the optimizer's
