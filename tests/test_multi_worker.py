@@ -58,7 +58,8 @@ def corpus(tmp_path_factory):
 
 
 class Job:
-    """``python -m trainers.wmt`` on two workers; each one's output goes to a file."""
+    """``python -m trainers.wmt`` on two workers (the first ``len(per_worker_args)`` of them are
+    started); each one's output goes to a file."""
 
     def __init__(self, folder, corpus, per_worker_args, tmpdirs=None):
         self.logs = [folder / f"worker{i}.log" for i in range(2)]
@@ -91,7 +92,8 @@ class Job:
             except subprocess.TimeoutExpired:
                 for p in self.processes:
                     p.kill()
-                pytest.fail("the workers hung:\n" + self.output(0)[-2000:] + self.output(1)[-2000:])
+                pytest.fail("the workers hung:\n" + "".join(
+                    self.output(i)[-2000:] for i in range(len(self.processes))))
         return statuses
 
 
@@ -173,6 +175,27 @@ def test_a_lost_worker_ends_the_job_retryably_and_a_sigterm_to_all_stops_them_to
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["start_step"] == saved and summary["steps"] == step
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith(f"ckpt-{step}")
+
+
+@pytest.mark.slow
+def test_a_worker_whose_peer_never_starts_stops_at_once_on_sigterm_or_ctrl_c(tmp_path, corpus):
+    # Two seconds after its line, a worker that went straight into TensorFlow's join would be
+    # held there (Python's interpreter lock taken, SIGTERM's handler replaced) for good.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        run = tmp_path / signum.name
+        job = Job(tmp_path, corpus, [[f"--model_dir={run}"]])
+        job.wait_for(0, r"waiting until every worker has started")
+        time.sleep(2)
+        sent = time.monotonic()
+        job.processes[0].send_signal(signum)
+        assert job.finish() == [128 + signum], job.output(0)[-3000:]
+        assert time.monotonic() - sent < 30
+        output = job.output(0)
+        assert output.strip().splitlines()[-1] == (
+            f"wmt: error: stopped by {signum.name}; what was complete is kept, nothing "
+            "half-written is left")
+        assert "Traceback" not in output
+        assert not run.exists() or not files_below(run)
 
 
 def files_below(folder):

@@ -1,6 +1,12 @@
 """keras_transformer.training.strategy: the training precision by name on either CPU kind, faked
-(with or without bfloat16 matrix units, AVX512-BF16 or AMX; no GPU here), and multi-device
-iterators (their input pipeline and per-replica datasets) built without tf.data's autotune."""
+(with or without bfloat16 matrix units, AVX512-BF16 or AMX; no GPU here), multi-device
+iterators (their input pipeline and per-replica datasets) built without tf.data's autotune, and
+the wait of a multi-worker job's workers for each other (threads here; tests/test_multi_worker.py
+has the processes)."""
+
+import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -104,3 +110,58 @@ def test_multi_device_input_runs_without_autotune_inside_the_context_only(monkey
     assert autotune(after) == [None]  # tf.data's default: on
     for _ in range(10):
         np.testing.assert_array_equal(next(inside).numpy(), next(after).numpy())
+
+
+def free_ports(count):
+    sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def test_workers_wait_until_every_other_one_listens_saying_which_are_missing(monkeypatch):
+    monkeypatch.setattr(strategy, "JOIN_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(strategy, "JOIN_REMINDER_SECONDS", 0.3)
+    ports = free_ports(3)
+    workers = [f"127.0.0.1:{port}" for port in ports]
+    heard, returned = {0: [], 1: []}, {}
+
+    def worker(index):
+        strategy.wait_for_workers(strategy.tf_config(workers, index), heard[index].append)
+        returned[index] = time.monotonic()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    assert not returned  # worker 2 has not started
+    for index in (0, 1):
+        assert heard[index][-1] == f"still waiting for worker 2 (127.0.0.1:{ports[2]})"
+    started = time.monotonic()
+    strategy.wait_for_workers(strategy.tf_config(workers, 2))  # the other two listen: at once
+    with socket.create_server(("", ports[2])):  # as worker 2's TensorFlow server then does
+        for thread in threads:
+            thread.join(timeout=10)
+    assert sorted(returned) == [0, 1] and max(returned.values()) - started < 5
+    for port in ports:  # each given back, for TensorFlow's server to take over
+        socket.create_server(("", port)).close()
+
+
+def test_a_port_of_this_worker_that_another_program_holds_is_named():
+    with socket.create_server(("", 0)) as holder:
+        port = holder.getsockname()[1]
+        config = strategy.tf_config([f"127.0.0.1:{port}", "127.0.0.1:1"], 0)
+        with pytest.raises(ValueError, match=rf"address 127\.0\.0\.1:{port} \(worker 0\): port "
+                                             rf"{port} is in use by another program"):
+            strategy.wait_for_workers(config)
+
+
+@pytest.mark.parametrize("config", [{}, {"cluster": "node1:2222"}, {"cluster": {"worker": ["x"]},
+                                    "task": {"type": "worker", "index": 0}},
+                                    {"cluster": {"worker": ["a:1", "b:2"]},
+                                     "task": {"type": "worker", "index": 2}}])
+def test_a_tf_config_that_is_no_cluster_is_left_to_tensorflow_to_name(config):
+    started = time.monotonic()
+    strategy.wait_for_workers(config)
+    assert time.monotonic() - started < 1

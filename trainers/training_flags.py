@@ -228,20 +228,24 @@ def check(model_dir: Optional[str], data):
             "leave --vocab_size out.")
 
 
-def say_joining():
-    """A line before a worker waits in TensorFlow for the others to start, for as long as one is
-    missing: said, that wait is no silent hang. (TensorFlow holds SIGTERM and SIGINT until every
-    worker has joined.)"""
+def joining_log():
+    """Says that this worker waits for the others to start, for as long as one is missing (that
+    wait is no silent hang), and returns the ``log`` that says which are still missing."""
     import json
 
     try:
         config = json.loads(os.environ.get("TF_CONFIG") or "")
         workers, index = len(config["cluster"]["worker"]), int(config["task"]["index"])
     except (ValueError, KeyError, TypeError):
-        return  # the strategy says what is wrong with TF_CONFIG
-    print(f"{console.program_name()}: worker {index} of {workers} (TF_CONFIG): waiting until "
-          "every worker has started (a missing one holds all; Ctrl-C and SIGTERM cannot end "
-          "the wait, SIGKILL can)", flush=True)
+        return None  # the strategy says what is wrong with TF_CONFIG
+
+    def log(line):
+        print(f"{console.program_name()}: worker {index} of {workers} (TF_CONFIG): {line}",
+              flush=True)
+
+    log("waiting until every worker has started (a missing one holds all; Ctrl-C or SIGTERM "
+        "ends the wait)")
+    return log
 
 
 def make_strategy():
@@ -249,10 +253,9 @@ def make_strategy():
     devices are fixed at start-up), then seed."""
     from keras_transformer.training import make_strategy as make
 
-    if FLAGS.strategy == "multi_worker_mirrored":
-        say_joining()
+    log = joining_log() if FLAGS.strategy == "multi_worker_mirrored" else None
     try:
-        strategy = make(FLAGS.strategy, FLAGS.num_cpu_devices)
+        strategy = make(FLAGS.strategy, FLAGS.num_cpu_devices, log=log)
     except ValueError as error:
         raise app.UsageError(f"--strategy={FLAGS.strategy}: {error}") from None
     import tensorflow as tf

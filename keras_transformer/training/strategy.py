@@ -10,15 +10,21 @@ device) is visible, else ``default``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
-from typing import TYPE_CHECKING
+import socket
+import time
+from typing import TYPE_CHECKING, Callable, Optional
 
 from keras_transformer import signals
 
 if TYPE_CHECKING:  # TensorFlow is imported where it is used: the lists below come without it
     import tensorflow as tf
 
+# How often a worker waiting for the others tries their addresses, and says which are missing.
+JOIN_POLL_SECONDS = 0.5
+JOIN_REMINDER_SECONDS = 60
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 # Training compute dtypes by name; "auto" is resolved by ``resolve_precision``.
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")
@@ -47,11 +53,14 @@ def configure_cpu_devices(count: int) -> None:
                 f"with {existing}. Configure them before any other TensorFlow call.") from error
 
 
-def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy:
+def make_strategy(name: str, num_cpu_devices: int = 0,
+                  log: Optional[Callable[[str], None]] = None) -> tf.distribute.Strategy:
     """Returns the strategy called ``name`` (one of ``STRATEGIES``).
 
     ``num_cpu_devices > 0`` first creates that many logical CPU devices; ``mirrored`` then
-    mirrors over them when the machine has no GPU. See ``describe`` for what was chosen.
+    mirrors over them when the machine has no GPU. ``multi_worker_mirrored`` first waits for
+    every worker of ``TF_CONFIG`` (``wait_for_workers``; ``log`` hears which are missing). See
+    ``describe`` for what was chosen.
     """
     import tensorflow as tf
 
@@ -73,9 +82,10 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
             raise ValueError("--strategy=multi_worker_mirrored needs the TF_CONFIG environment "
                              "variable (cluster worker addresses and this task's index).")
         try:
-            json.loads(config)
+            config = json.loads(config)
         except json.JSONDecodeError as error:
             raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from error
+        wait_for_workers(config, log)
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         signals.reclaim()  # its coordination service has just taken SIGTERM over
         return strategy
@@ -89,6 +99,63 @@ def make_strategy(name: str, num_cpu_devices: int = 0) -> tf.distribute.Strategy
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def wait_for_workers(config: dict, log: Optional[Callable[[str], None]] = None) -> None:
+    """Returns when every other task of ``config`` (a parsed ``TF_CONFIG``) accepts connections at
+    its address, listening meanwhile at this task's own; ``log`` hears every
+    ``JOIN_REMINDER_SECONDS`` which tasks are still missing.
+
+    ``MultiWorkerMirroredStrategy()`` waits for the same inside TensorFlow, holding Python's
+    interpreter lock, with its coordination service's handler in place of Python's for SIGTERM:
+    while a worker is missing there (one that never started, a wrong address), no signal but
+    SIGKILL ends the wait. Here it is Python's loop, which SIGTERM and Ctrl-C end at once; after
+    it, TensorFlow's join finds every worker up. A host name not known yet (a cluster's DNS
+    entry comes with its pod) is a worker not started yet. A port of this task's that another
+    program holds is a ValueError naming it; a ``TF_CONFIG`` that is not a cluster is left to
+    TensorFlow to name.
+    """
+    try:
+        tasks = {(kind, i): (address, *_host_port(address))
+                 for kind, addresses in config["cluster"].items()
+                 for i, address in enumerate(addresses)}
+        own = (config["task"]["type"], int(config["task"]["index"]))
+        address, _, port = tasks.pop(own)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return
+    family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
+    try:
+        # Peers connect to it and are let go; TensorFlow's server takes the port over after.
+        listener = socket.create_server(("", port), family=family, reuse_port=False,
+                                        dualstack_ipv6=family == socket.AF_INET6)
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        raise ValueError(f"TF_CONFIG: this worker's address {address} ({own[0]} {own[1]}): port "
+                         f"{port} is in use by another program on this machine") from None
+    reminder = time.monotonic() + JOIN_REMINDER_SECONDS
+    with listener:
+        while tasks:
+            for task, (_, host, peer_port) in list(tasks.items()):
+                try:
+                    socket.create_connection((host, peer_port), timeout=1).close()
+                except OSError:
+                    continue
+                del tasks[task]
+            if tasks:
+                if log is not None and time.monotonic() >= reminder:
+                    log("still waiting for " + ", ".join(
+                        f"{kind} {i} ({peer})" for (kind, i), (peer, *_) in sorted(tasks.items())))
+                    reminder = time.monotonic() + JOIN_REMINDER_SECONDS
+                time.sleep(JOIN_POLL_SECONDS)
+
+
+def _host_port(address: str):
+    """``("node1", 2222)`` of ``"node1:2222"`` (``"[::1]:2222"``: ``("::1", 2222)``)."""
+    host, _, port = address.rpartition(":")
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"no port: {address}")
+    return host.strip("[]"), int(port)
 
 
 @contextlib.contextmanager
