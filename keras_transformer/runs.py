@@ -2,7 +2,8 @@
 
     model_dir/
       config.json          {"model": TransformerConfig, "training": TrainingConfig, "data": DataConfig,
-                            "working_dir": the folder training ran in, "vocab_path": ...,
+                            "working_dir": the folder training ran in, "data_digests": the
+                            SHA-256 of each data file, "vocab_path": ...,
                             "init_from": {...} (a fine-tuned run's source), ...}:
                             written when training starts
       summary.json         what the last training run did (steps, stop reason, losses, checkpoints)
@@ -23,6 +24,7 @@ it holds and restoring it are ``keras_transformer.weights``'s; this module finds
 """
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -45,6 +47,10 @@ INIT_FROM_KEY = "init_from"
 # (``recorded_path``), so that a project copied or moved whole, runs and data together, reads its
 # own copies.
 WORKING_DIR_KEY = "working_dir"
+# config.json's record of the bytes of a run's own data files: {field: [the SHA-256 of each file
+# of its spec, None for one not on a local file system]} for each ``DATA_SPEC_FIELDS`` field set.
+# Files moved on their own (to a node's local disk, another folder) are the same data to a resume.
+DATA_DIGESTS_KEY = "data_digests"
 # The DataConfig fields that name files or folders; the first three are specs (``SRC,TGT``).
 DATA_SPEC_FIELDS = ("train_data", "dev_data", "test_data")
 DATA_PATH_FIELDS = DATA_SPEC_FIELDS + ("data_dir", "ding_file", "libreoffice_help_dir",
@@ -196,7 +202,8 @@ def resumed_data(model_dir: Optional[str]):
 
 def check_data(model_dir: str, asked) -> None:
     """A run resumes on the sentence pairs it trained on: ``asked`` (a DataConfig) must name them
-    as its record does (``DataConfig.corpus``). The record names one corpus, whose test split
+    as its record does (``DataConfig.corpus``), or name files of the bytes it recorded
+    (``DATA_DIGESTS_KEY``: the same files moved). The record names one corpus, whose test split
     evaluate and the floors read; other pairs are a new run's (``init_from`` starts it from this
     one's weights). A ValueError names what differs; a new run, or one whose config.json records
     no data, passes."""
@@ -205,6 +212,10 @@ def check_data(model_dir: str, asked) -> None:
         return
     trained, given = recorded.corpus(), asked.corpus()
     changed = [name for name in trained if given[name] != trained[name]]
+    if changed and not {"dataset", "hold_out"} & set(changed):  # files named otherwise
+        digests = read_config(model_dir).get(DATA_DIGESTS_KEY) or {}
+        changed = [name for name in changed
+                   if not _same_bytes(digests.get(name), getattr(asked, name))]
     if changed:
         # the hold-out is named when it alone differs: other files make it differ too
         shown = [name for name in changed if name != "hold_out"] or changed
@@ -214,6 +225,40 @@ def check_data(model_dir: str, asked) -> None:
                         for name in shown)
             + "); resume it with the data it trained on, or train on this data in another "
             f"model_dir (init_from={model_dir} starts from its weights).")
+
+
+def data_digests(asked, model_dir: Optional[str] = None) -> dict:
+    """The ``DATA_DIGESTS_KEY`` record of the files ``asked`` (a DataConfig) names; where the run
+    that ``model_dir`` resumes recorded the same files, its digests are carried (a resume does not
+    read them again)."""
+    recorded = resumed_data(model_dir)
+    trained = recorded.corpus() if recorded is not None else {}
+    carried = (read_config(model_dir).get(DATA_DIGESTS_KEY) or {}) if trained else {}
+    given = asked.corpus()
+    return {name: (carried[name] if name in carried and trained[name] == given[name]
+                   else _spec_digests(getattr(asked, name)))
+            for name in DATA_SPEC_FIELDS if getattr(asked, name)}
+
+
+def _same_bytes(recorded: Optional[list], spec: Optional[str]) -> bool:
+    """Whether the files of ``spec`` hold the bytes of ``recorded`` (a ``DATA_DIGESTS_KEY``
+    entry), each file recorded."""
+    return bool(recorded and spec) and None not in recorded and _spec_digests(spec) == recorded
+
+
+def _spec_digests(spec: str) -> list:
+    """The SHA-256 of each file of ``spec`` (``SRC,TGT`` or one TSV); None for a file that is
+    not on a local file system (or not there)."""
+    def digest(path):
+        if writing.remote(path) or not os.path.isfile(path):
+            return None
+        sha256 = hashlib.sha256()
+        with open(path, "rb") as file:
+            while chunk := file.read(1 << 20):
+                sha256.update(chunk)
+        return sha256.hexdigest()
+
+    return [digest(path) for path in spec.split(",")]
 
 
 def data_to_resume(model_dir: Optional[str], asked):

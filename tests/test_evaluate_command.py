@@ -6,6 +6,7 @@ command scores when no data flag is given: the corpus the export or run records.
 
 import json
 import dataclasses
+import hashlib
 import os
 import re
 import shutil
@@ -318,7 +319,12 @@ def test_an_export_alone_is_scored_on_the_test_split_it_was_trained_with(trained
     with open(base / "saved_models" / "files" / "1" / "assets" / "config.json") as stream:
         recorded = json.load(stream)
     with open(base / "runs" / "files" / "config.json") as stream:
-        assert recorded["data"] == json.load(stream)["data"]  # the run's own record, paths as given
+        run_record = json.load(stream)
+    assert recorded["data"] == run_record["data"]  # the run's own record, paths as given
+    # and the bytes of its files, by which the same files moved are known (tests/test_runs.py)
+    assert run_record["data_digests"] == {
+        name: [hashlib.sha256((base / run_record["data"][name]).read_bytes()).hexdigest()]
+        for name in ("train_data", "test_data")}
     # and the count of training pairs its held-out shares are sized by, kept on a resume
     assert recorded["data"]["hold_out_pairs"] == len(TRAIN_PAIRS)
     # The weights: the run's averaged checkpoint, which trainers.wmt --export_dir exports.

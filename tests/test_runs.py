@@ -183,6 +183,59 @@ def test_a_runs_relative_data_paths_not_found_here_are_read_from_its_training_fo
     assert runs.data_config(record) == trained  # found nowhere: as given
 
 
+def test_data_files_moved_on_their_own_are_the_runs_data_by_their_bytes(tmp_path, monkeypatch):
+    """The record keeps each data file's SHA-256 (hashlib's of the bytes written here): the same
+    bytes at other paths resume the run; other bytes, a spec of other files, another hold-out or
+    a run recorded without digests do not; a resume naming the recorded files carries their
+    digests without reading them again."""
+    import dataclasses
+    import hashlib
+
+    from keras_transformer.data import DataConfig
+
+    monkeypatch.chdir(tmp_path)
+    contents = {"a.tsv": b"one\teins\n", "a.en": b"two\n", "a.de": b"zwei\n"}
+    for name, content in contents.items():
+        (tmp_path / name).write_bytes(content)
+    trained = DataConfig(dataset="files", train_data=str(tmp_path / "a.tsv"),
+                         test_data="a.en,a.de")
+    digests = runs.data_digests(trained)
+    assert digests == {"train_data": [hashlib.sha256(contents["a.tsv"]).hexdigest()],
+                       "test_data": [hashlib.sha256(contents[n]).hexdigest()
+                                     for n in ("a.en", "a.de")]}
+    run = str(tmp_path / "run")
+    record = {"data": dataclasses.asdict(trained), runs.DATA_DIGESTS_KEY: digests}
+    runs.write_json(os.path.join(run, runs.CONFIG_FILE), record)
+    write(os.path.join(run, "ckpt-1"), 1)
+
+    def unread(spec):
+        raise AssertionError(f"{spec} read again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(runs, "_spec_digests", unread)
+        assert runs.data_digests(trained, run) == digests
+
+    (tmp_path / "node").mkdir()
+    for name in contents:
+        shutil.move(tmp_path / name, tmp_path / "node" / name)
+    moved = dataclasses.replace(trained, train_data="node/a.tsv", test_data="node/a.en,node/a.de")
+    runs.check_data(run, moved)
+    assert runs.data_digests(moved, run) == digests
+    for other in (dataclasses.replace(moved, test_data="node/a.de,node/a.en"),
+                  dataclasses.replace(moved, test_data="node/a.en"),
+                  dataclasses.replace(moved, hold_out=False)):
+        with pytest.raises(ValueError, match="holds a run trained on other data"):
+            runs.check_data(run, other)
+    (tmp_path / "node" / "a.tsv").write_bytes(b"one\tein\n")
+    with pytest.raises(ValueError, match=re.escape(
+            f"train_data={str(tmp_path / 'a.tsv')!r}, not 'node/a.tsv'")):
+        runs.check_data(run, moved)
+    (tmp_path / "node" / "a.tsv").write_bytes(contents["a.tsv"])
+    runs.write_json(os.path.join(run, runs.CONFIG_FILE), {"data": record["data"]})
+    with pytest.raises(ValueError, match="train_data="):
+        runs.check_data(run, moved)
+
+
 def test_a_folder_is_its_checkpoint_and_a_relative_name_is_also_looked_for_in_the_run(
         tmp_path, monkeypatch):
     """--checkpoint=RUN/best (averaged/, ema/: one ``ckpt`` written without a 'checkpoint' index

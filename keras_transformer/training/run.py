@@ -84,13 +84,14 @@ def train_run(data_config: data.DataConfig, training_config: TrainingConfig, pre
                                 else "dev_bleu_sentences > 0") + ".")
 
     model_config = run_model_config(preset, model_overrides, tokenizer.vocab_size, data_config)
+    model_dir = training_config.model_dir
     info = {"data": dataclasses.asdict(data_config), runs.WORKING_DIR_KEY: os.getcwd(),
+            runs.DATA_DIGESTS_KEY: runs.data_digests(data_config, model_dir),
             "vocab_path": tokenizer.path, "preset": preset,
             "dev_bleu_sentences": dev_bleu_sentences, **(run_info or {})}
     if init_info:
         info[runs.INIT_FROM_KEY] = init_info
     trainer = Trainer(model_config, training_config, strategy, run_info=info)
-    model_dir = training_config.model_dir
     chief = is_chief(strategy)
     if chief:  # the vocabulary travels with the checkpoints (what translate/export look for)
         writing.write_file(os.path.join(model_dir, runs.VOCABULARY_FILE), tokenizer.model_proto)
