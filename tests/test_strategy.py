@@ -139,7 +139,8 @@ def test_workers_wait_until_every_other_one_listens_saying_which_are_missing(mon
     for index in (0, 1):
         assert heard[index][-1] == f"still waiting for worker 2 (127.0.0.1:{ports[2]})"
     started = time.monotonic()
-    strategy.wait_for_workers(strategy.tf_config(workers, 2))  # the other two listen: at once
+    # the other two listen: at once
+    assert returns_at_once(strategy.wait_for_workers, strategy.tf_config(workers, 2))
     with socket.create_server(("", ports[2])):  # as worker 2's TensorFlow server then does
         for thread in threads:
             thread.join(timeout=10)
@@ -160,8 +161,26 @@ def test_a_port_of_this_worker_that_another_program_holds_is_named():
 @pytest.mark.parametrize("config", [{}, {"cluster": "node1:2222"}, {"cluster": {"worker": ["x"]},
                                     "task": {"type": "worker", "index": 0}},
                                     {"cluster": {"worker": ["a:1", "b:2"]},
-                                     "task": {"type": "worker", "index": 2}}])
-def test_a_tf_config_that_is_no_cluster_is_left_to_tensorflow_to_name(config):
-    started = time.monotonic()
-    strategy.wait_for_workers(config)
-    assert time.monotonic() - started < 1
+                                     "task": {"type": "worker", "index": 2}},
+                                    {"cluster": {"worker": ["a:1"], "evaluator": ["b:2"]},
+                                     "task": {"type": "evaluator", "index": 0}}])
+def test_a_tf_config_that_is_no_cluster_is_left_to_tensorflow_and_an_evaluator_waits_for_none(
+        config):
+    assert returns_at_once(strategy.wait_for_workers, config)
+
+
+def test_no_worker_waits_for_an_evaluator():
+    """It runs outside the collective (TensorFlow's join leaves it out): a worker alone with one
+    that never listens goes on at once."""
+    config = {"cluster": {"worker": [f"127.0.0.1:{free_ports(1)[0]}"], "evaluator": ["b:2"]},
+              "task": {"type": "worker", "index": 0}}
+    assert returns_at_once(strategy.wait_for_workers, config)
+
+
+def returns_at_once(function, *args):
+    """Whether ``function(*args)`` returned within a second (run in a thread: a wait that never
+    ends fails the test instead of holding the suite)."""
+    thread = threading.Thread(target=function, args=args, daemon=True)
+    thread.start()
+    thread.join(timeout=1)
+    return not thread.is_alive()

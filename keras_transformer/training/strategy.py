@@ -116,8 +116,9 @@ def wait_for_workers(config: dict, log: Optional[Callable[[str], None]] = None) 
     TensorFlow to name.
     """
     try:
+        # An evaluator runs outside the collective: TensorFlow's join leaves it out too.
         tasks = {(kind, i): (address, *_host_port(address))
-                 for kind, addresses in config["cluster"].items()
+                 for kind, addresses in config["cluster"].items() if kind != "evaluator"
                  for i, address in enumerate(addresses)}
         own = (config["task"]["type"], int(config["task"]["index"]))
         address, _, port = tasks.pop(own)
