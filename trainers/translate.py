@@ -204,15 +204,16 @@ def exported_translate_fn(nbest, batches):
     """``load_translate_fn``'s result from the export's own graph, as a server runs it: its text
     or n-best signature, with --alignments its align signature (the last layer's), from one load
     of it."""
-    from keras_transformer import inference
+    from keras_transformer import inference, weights
 
     names = [inference.NBEST_SIGNATURE if nbest else inference.TEXT_SIGNATURE]
     if FLAGS.alignments:
         names.append(inference.ALIGN_SIGNATURE)
-    (fn, *align_fn), source = inference.load_exported_fns(FLAGS.saved_model, *names)
+    source = weights.exported_version_path(FLAGS.saved_model)
     decoding = inference.exported_decoding_config(source)
     if nbest and decoding is not None:  # the beam its graph was traced with, as recorded
-        check_exported_beam(decoding.beam_size, source)
+        check_exported_beam(decoding.beam_size, source)  # before the graph's load
+    (fn, *align_fn), source = inference.load_exported_fns(source, *names)
     settings = decoding_flags.describe(decoding) if decoding else "search settings as exported"
     description = f"{run_flags.describe_export(source)}, {settings}"
     translate = aligned(fn, batches, *align_fn) if align_fn else in_batches(fn, batches)
