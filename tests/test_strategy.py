@@ -158,6 +158,32 @@ def test_a_port_of_this_worker_that_another_program_holds_is_named():
             strategy.wait_for_workers(config)
 
 
+def test_a_worker_that_may_not_listen_at_its_port_still_joins(monkeypatch):
+    """Listening is for the peers' sake (TensorFlow's server answers them later): a machine that
+    refuses the listener for a reason other than another program's socket does not stop the
+    worker from waiting for the others."""
+    import errno
+
+    ports = free_ports(2)
+    create_server = socket.create_server
+
+    def refused_at_ours(address, **kwargs):
+        if address[1] == ports[0]:
+            raise OSError(errno.EACCES, "Permission denied")
+        return create_server(address, **kwargs)
+
+    monkeypatch.setattr(strategy.socket, "create_server", refused_at_ours)
+    monkeypatch.setattr(strategy, "JOIN_POLL_SECONDS", 0.05)
+    config = strategy.tf_config([f"127.0.0.1:{port}" for port in ports], 0)
+    waiting = threading.Thread(target=strategy.wait_for_workers, args=(config,), daemon=True)
+    waiting.start()
+    time.sleep(0.3)
+    assert waiting.is_alive()  # worker 1 is not there yet
+    with create_server(("127.0.0.1", ports[1])):
+        waiting.join(timeout=5)
+        assert not waiting.is_alive()
+
+
 @pytest.mark.parametrize("config", [{}, {"cluster": "node1:2222"}, {"cluster": {"worker": ["x"]},
                                     "task": {"type": "worker", "index": 0}},
                                     {"cluster": {"worker": ["a:1", "b:2"]},

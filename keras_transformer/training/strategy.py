@@ -124,14 +124,9 @@ def wait_for_workers(config: dict, log: Optional[Callable[[str], None]] = None) 
         address, _, port = tasks.pop(own)
     except (KeyError, TypeError, ValueError, AttributeError):
         return
-    family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
     try:
-        # Peers connect to it and are let go; TensorFlow's server takes the port over after.
-        listener = socket.create_server(("", port), family=family, reuse_port=False,
-                                        dualstack_ipv6=family == socket.AF_INET6)
-    except OSError as error:
-        if error.errno != errno.EADDRINUSE:
-            raise
+        listener = _listener(port)
+    except OSError:  # EADDRINUSE
         raise ValueError(f"TF_CONFIG: this worker's address {address} ({own[0]} {own[1]}): port "
                          f"{port} is in use by another program on this machine") from None
     reminder = time.monotonic() + JOIN_REMINDER_SECONDS
@@ -149,6 +144,22 @@ def wait_for_workers(config: dict, log: Optional[Callable[[str], None]] = None) 
                         f"{kind} {i} ({peer})" for (kind, i), (peer, *_) in sorted(tasks.items())))
                     reminder = time.monotonic() + JOIN_REMINDER_SECONDS
                 time.sleep(JOIN_POLL_SECONDS)
+
+
+def _listener(port: int):
+    """A socket listening at ``port`` on every address of this machine (IPv6 and IPv4 where both
+    exist); peers connect to it and are let go, and TensorFlow's server takes the port over after.
+    Where this machine lets no socket listen there, for a reason other than another program's
+    (EADDRINUSE: an OSError), nothing: the peers then wait for TensorFlow's server, which this
+    worker's join starts once it has found them."""
+    families = [(socket.AF_INET6, True)] if socket.has_dualstack_ipv6() else []
+    for family, dual in families + [(socket.AF_INET, False)]:
+        try:
+            return socket.create_server(("", port), family=family, dualstack_ipv6=dual)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise
+    return contextlib.nullcontext()
 
 
 def _host_port(address: str):
