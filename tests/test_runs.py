@@ -219,8 +219,10 @@ def test_data_files_moved_on_their_own_are_the_runs_data_by_their_bytes(tmp_path
     for name in contents:
         shutil.move(tmp_path / name, tmp_path / "node" / name)
     moved = dataclasses.replace(trained, train_data="node/a.tsv", test_data="node/a.en,node/a.de")
+    hashed = runs._file_digest.cache_info().misses
     runs.check_data(run, moved)
     assert runs.data_digests(moved, run) == digests
+    assert runs._file_digest.cache_info().misses - hashed == 3  # each moved file read once
     for other in (dataclasses.replace(moved, test_data="node/a.de,node/a.en"),
                   dataclasses.replace(moved, test_data="node/a.en"),
                   dataclasses.replace(moved, hold_out=False)):
