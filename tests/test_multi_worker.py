@@ -64,7 +64,8 @@ class Job:
     def __init__(self, folder, corpus, per_worker_args, tmpdirs=None):
         self.logs = [folder / f"worker{i}.log" for i in range(2)]
         self.processes = []
-        for index, (config, args) in enumerate(zip(tf_configs(), per_worker_args)):
+        self.configs = tf_configs()
+        for index, (config, args) in enumerate(zip(self.configs, per_worker_args)):
             extra = {"TMPDIR": str(tmpdirs[index])} if tmpdirs else {}
             command = [sys.executable, "-m", "trainers.wmt", "--preset=tiny", "--dataset=files",
                        *corpus, "--token_budget=256", "--strategy=multi_worker_mirrored",
@@ -179,13 +180,24 @@ def test_a_lost_worker_ends_the_job_retryably_and_a_sigterm_to_all_stops_them_to
 
 @pytest.mark.slow
 def test_a_worker_whose_peer_never_starts_stops_at_once_on_sigterm_or_ctrl_c(tmp_path, corpus):
-    # Two seconds after its line, a worker that went straight into TensorFlow's join would be
-    # held there (Python's interpreter lock taken, SIGTERM's handler replaced) for good.
+    # Signalled once its address answers: then it waits for its peer, and a worker that went
+    # straight into TensorFlow's join would be held there (Python's interpreter lock taken,
+    # SIGTERM's handler replaced) for good.
     for signum in (signal.SIGTERM, signal.SIGINT):
         run = tmp_path / signum.name
         job = Job(tmp_path, corpus, [[f"--model_dir={run}"]])
         job.wait_for(0, r"waiting until every worker has started")
-        time.sleep(2)
+        host, port = json.loads(job.configs[0])["cluster"]["worker"][0].rsplit(":", 1)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                break
+            except OSError:
+                assert job.processes[0].poll() is None, job.output(0)[-3000:]
+                assert time.monotonic() < deadline, job.output(0)[-3000:]
+                time.sleep(0.2)
+        time.sleep(1)
         sent = time.monotonic()
         job.processes[0].send_signal(signum)
         assert job.finish() == [128 + signum], job.output(0)[-3000:]
