@@ -190,15 +190,25 @@ def resumed_data(model_dir: Optional[str]):
     """The DataConfig recorded by the run that ``model_dir`` resumes, or None: no run there (a new
     one, or ``model_dir`` None), no checkpoint yet, or a config.json that records no data (or one
     this version does not read)."""
+    resumed = _resumed(model_dir)
+    return resumed and resumed[1]
+
+
+def _resumed(model_dir: Optional[str]):
+    """``(config.json, its DataConfig)`` of the run that ``model_dir`` resumes, or None (as for
+    ``resumed_data``): the record is read once for what is checked and carried on a resume."""
     if model_dir is None:
         return None
     try:
-        recorded = data_config(read_config(model_dir))
+        run = read_config(model_dir)
+        recorded = data_config(run)
     except (OSError, ValueError):
         return None
     import tensorflow as tf  # only now: a run with a record resumes, and TensorFlow reads its index
 
-    return recorded if recorded is not None and tf.train.latest_checkpoint(model_dir) else None
+    if recorded is None or not tf.train.latest_checkpoint(model_dir):
+        return None
+    return run, recorded
 
 
 def check_data(model_dir: str, asked) -> None:
@@ -208,13 +218,14 @@ def check_data(model_dir: str, asked) -> None:
     evaluate and the floors read; other pairs are a new run's (``init_from`` starts it from this
     one's weights). A ValueError names what differs; a new run, or one whose config.json records
     no data, passes."""
-    recorded = resumed_data(model_dir)
-    if recorded is None:
+    resumed = _resumed(model_dir)
+    if resumed is None:
         return
+    run, recorded = resumed
     trained, given = recorded.corpus(), asked.corpus()
     changed = [name for name in trained if given[name] != trained[name]]
     if changed and not {"dataset", "hold_out"} & set(changed):  # files named otherwise
-        digests = read_config(model_dir).get(DATA_DIGESTS_KEY) or {}
+        digests = run.get(DATA_DIGESTS_KEY) or {}
         changed = [name for name in changed
                    if not _same_bytes(digests.get(name), getattr(asked, name))]
     if changed:
@@ -232,9 +243,9 @@ def data_digests(asked, model_dir: Optional[str] = None) -> dict:
     """The ``DATA_DIGESTS_KEY`` record of the files ``asked`` (a DataConfig) names; where the run
     that ``model_dir`` resumes recorded the same files, its digests are carried (a resume does not
     read them again)."""
-    recorded = resumed_data(model_dir)
+    run, recorded = _resumed(model_dir) or ({}, None)
     trained = recorded.corpus() if recorded is not None else {}
-    carried = (read_config(model_dir).get(DATA_DIGESTS_KEY) or {}) if trained else {}
+    carried = run.get(DATA_DIGESTS_KEY) or {}
     given = asked.corpus()
     return {name: (carried[name] if name in carried and trained[name] == given[name]
                    else _spec_digests(getattr(asked, name)))

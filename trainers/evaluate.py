@@ -35,13 +35,13 @@ alone scores that corpus' test split. Its paths are recorded as the training com
 them: relative ones are read from the folder evaluate runs in, and a run's not found there from
 the folder its training ran in (its config.json records it); so run evaluate on an export where
 training ran (or pass the data flags). Any data flag given (``trainers/data_flags.py``:
---dataset, --test_data, ...) chooses the corpus instead, of the recorded dataset where --dataset is not given (``--model_dir=
-runs/x --test_data=other.tsv`` on a run trained on own files scores other.tsv); a run or export
-that records no corpus (an export written before exports recorded it) gets the data flags'
-defaults. The first line says which corpus and why. The translation memory of --floors looks up
-the pairs the model was trained on: the recorded training pairs, unless --train_data names them
-(needed, and asked for before any decoding, for own files with no record of them); a line says
-which.
+--dataset, --test_data, ...) chooses the corpus instead, of the recorded dataset where --dataset
+is not given (``--model_dir=runs/x --test_data=other.tsv`` on a run trained on own files scores
+other.tsv); a run or export that records no corpus (an export written before exports recorded it)
+gets the data flags' defaults. The first line says which corpus and why. The translation memory
+of --floors looks up the pairs the model was trained on: the recorded training pairs, unless
+--train_data names them (needed, and asked for before any decoding, for own files with no record
+of them); a line says which.
 Beam settings apply with --model_dir (section 6.1 defaults: beam 4, alpha 0.6). A SavedModel is
 scored with the search it was exported with, by its own graph; a beam flag given with it rebuilds
 its model here and searches its weights with the settings it was exported with, each flag given

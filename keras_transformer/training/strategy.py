@@ -163,10 +163,13 @@ def _listener(port: int):
 
 
 def _host_port(address: str):
-    """``("node1", 2222)`` of ``"node1:2222"`` (``"[::1]:2222"``: ``("::1", 2222)``)."""
+    """``("node1", 2222)`` of ``"node1:2222"`` (``"[::1]:2222"``: ``("::1", 2222)``); a
+    ValueError naming an address that is not ``host:port`` or a port outside 1 to 65535."""
     host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"worker address {address!r} is not host:port (e.g. node1:2222)")
     if not 0 < int(port) < 65536:
-        raise ValueError(f"no port: {address}")
+        raise ValueError(f"worker address {address!r}: port {port} is not 1 to 65535")
     return host.strip("[]"), int(port)
 
 
@@ -286,13 +289,9 @@ def tf_config(workers, index: int) -> dict:
     workers = [w.strip() for w in workers]
     places = {}
     for address in workers:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"worker address {address!r} is not host:port (e.g. node1:2222)")
-        if not 0 < int(port) < 65536:
-            raise ValueError(f"worker address {address!r}: port {port} is not 1 to 65535")
+        host, port = _host_port(address)
         # Host names are case-insensitive, and the loopback's names are one host.
-        place = ("localhost" if host.lower() in _LOOPBACK else host.lower(), int(port))
+        place = ("localhost" if host.lower() in _LOOPBACK else host.lower(), port)
         if place in places:
             same = ("is listed twice" if places[place] == address
                     else f"and {places[place]} are one address")
