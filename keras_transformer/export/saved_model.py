@@ -124,7 +124,10 @@ def _write_saved_model(translator, traced, output, sources):
         setattr(root, name, function)
     # TF Serving answers a request without a signature name with serving_default.
     signatures = {"serving_default": traced[next(iter(traced))], **traced}
-    tf.saved_model.save(root, output, signatures=signatures)
+    # The signatures search and score: nothing differentiates them, so the layers' custom
+    # gradients (the training step's) are not traced into the export.
+    tf.saved_model.save(root, output, signatures=signatures,
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
 
 
 def _variables_read_by(functions):
