@@ -76,6 +76,25 @@ print(json.dumps({{k: v.numpy().tolist() if v.dtype != tf.string else [s.decode(
     assert out["truncated"] == expected["text"]["truncated"].tolist()
 
 
+def test_the_exports_hold_no_gradient_functions_of_the_layers_custom_gradients(exported):
+    """The signatures call layers whose gradients are our own (tf.custom_gradient, for the training
+    step); TensorFlow's default save traces each of those gradients into the SavedModel, which
+    serving never runs (and which made the save slower): none is there."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    _, _, text_path, ids_path, _ = exported
+    for path in (text_path, ids_path):
+        proto = saved_model_pb2.SavedModel()
+        with open(os.path.join(path, "saved_model.pb"), "rb") as stream:
+            proto.ParseFromString(stream.read())
+        library = proto.meta_graphs[0].graph_def.library
+        custom = {node.attr["_gradient_op_type"].s for function in library.function
+                  for node in function.node_def if "_gradient_op_type" in node.attr}
+        assert custom, "no custom-gradient op in the signatures: this test checks nothing"
+        assert not library.registered_gradients, [g.gradient_func for g in
+                                                  library.registered_gradients][:3]
+
+
 def test_ids_export_loads_without_tf_text_and_matches(exported):
     _, _, _, ids_path, expected = exported
     out = run_python(f"""
