@@ -300,7 +300,9 @@ class Translator(tf.Module):
         text; an empty input has one hypothesis, the empty text with score 0, and ``-inf`` after
         it (as ``translate_text`` answers it)."""
         source_ids, truncated, empty = self.source_ids(texts)
-        nbest = self.translate_ids(source_ids)
+        # Through the ids signature's tf.function: traced once for both, and an export holds
+        # (and loads) one n-best search. (Text functions tokenize, so XLA never compiles them.)
+        nbest = self.ids_function()(source_ids)
         ids = nbest["ids"]
         # The beam axis is static, so the SavedModel signature shows [-1, beam].
         beam = self.decoding.beam_size
@@ -350,7 +352,9 @@ class Translator(tf.Module):
         target_ids, target_cut, _ = self.source_ids(targets)
         target_ids = tf.where(target_cut[:, None] & (target_ids == self.tokenizer.end_id),
                               tf.constant(self.model.config.pad_id, tf.int32), target_ids)
-        return {**self.score_ids(source_ids, target_ids), "truncated": source_cut | target_cut}
+        # Through the score_ids signature's tf.function, as translate_text_nbest searches.
+        scores = self.score_ids_function()(source_ids, target_ids)
+        return {**scores, "truncated": source_cut | target_cut}
 
     def score_function(self):
         """``score_text`` as a ``tf.function`` over any batch of pairs (the ``score`` signature),

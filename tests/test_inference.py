@@ -35,19 +35,21 @@ SIGNATURE_FUNCTIONS = ["translate_text", "translate_text_nbest", "score_text", "
 
 def count_traces(monkeypatch, ignored=None):
     """{signature's Python function: how many times a Translator other than ``ignored`` traced
-    it} (a call inside another one's trace, as translate_text's of translate_ids, is not a trace):
-    the counts ``tests/test_export.py`` and ``tests/test_export_best.py`` hold exports to, and
+    it} (a call inside another one's trace, as translate_text's of translate_ids, is not a trace;
+    a tf.function's trace inside another's, in a graph of its own, is): the counts
+    ``tests/test_export.py`` and ``tests/test_export_best.py`` hold exports to, and
     ``tests/test_dev_bleu.py`` the dev evaluations."""
-    traces, depth = {name: 0 for name in SIGNATURE_FUNCTIONS}, [0]
+    traces, graphs = {name: 0 for name in SIGNATURE_FUNCTIONS}, []
 
     def counted(name, method):
         def trace(self, *args, **kwargs):
-            traces[name] += depth[0] == 0 and self is not ignored
-            depth[0] += 1
+            graph = tf.compat.v1.get_default_graph()
+            traces[name] += graph not in graphs and self is not ignored
+            graphs.append(graph)
             try:
                 return method(self, *args, **kwargs)
             finally:
-                depth[0] -= 1
+                graphs.pop()
         return trace
 
     for name in SIGNATURE_FUNCTIONS:
@@ -121,6 +123,34 @@ def test_the_translators_functions_are_traced_without_autograph(translator, auto
     assert autograph_conversions == []
     tf.function(translator.translate_text)(texts)  # the recorder sees autograph at work
     assert autograph_conversions[0] == "keras_transformer.inference.Translator.translate_text"
+
+
+def test_the_text_nbest_and_score_functions_call_the_ids_ones_not_a_copy_of_them():
+    """translate_nbest's search is the ids signature's function and score's forward pass is
+    score_ids's, called, not traced again inside them: each is traced once, and an export holds
+    (and loads) each once. Their results are those of the ids functions themselves."""
+    translator = small_translator(beam_size=2)
+    texts, targets = tf.constant(SENTENCES[:2]), tf.constant(["das Haus", ""])
+
+    def called(function, *args):
+        graph = function.get_concrete_function().graph
+        return {op.get_attr("f").name for op in graph.get_operations()
+                if op.type in ("PartitionedCall", "StatefulPartitionedCall")}
+
+    ids_name = translator.ids_function().get_concrete_function().name.decode()
+    score_ids_name = translator.score_ids_function().get_concrete_function().name.decode()
+    assert ids_name in called(translator.nbest_function())
+    assert score_ids_name in called(translator.score_function())
+    assert ids_name not in called(translator.text_function())  # its own search: best only
+
+    source_ids, _, _ = translator.source_ids(texts)
+    target_ids, _, _ = translator.source_ids(targets)
+    nbest = translator.ids_function()(source_ids)
+    np.testing.assert_array_equal(translator.nbest_function()(texts)["scores"], nbest["scores"])
+    scores = translator.score_function()(texts, targets)
+    direct = translator.score_ids(source_ids, target_ids)
+    np.testing.assert_allclose(scores["log_prob"], direct["log_prob"], rtol=1e-6)
+    np.testing.assert_array_equal(scores["tokens"], direct["tokens"])
 
 
 def test_xla_compiled_search_equals_plain(translator):
