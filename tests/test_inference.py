@@ -132,7 +132,7 @@ def test_the_text_nbest_and_score_functions_call_the_ids_ones_not_a_copy_of_them
     translator = small_translator(beam_size=2)
     texts, targets = tf.constant(SENTENCES[:2]), tf.constant(["das Haus", ""])
 
-    def called(function, *args):
+    def called(function):
         graph = function.get_concrete_function().graph
         return {op.get_attr("f").name for op in graph.get_operations()
                 if op.type in ("PartitionedCall", "StatefulPartitionedCall")}
