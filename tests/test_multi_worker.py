@@ -79,10 +79,27 @@ class Job:
         return self.logs[index].read_text()
 
     def wait_for(self, index, pattern):
+        self._wait_until(index, lambda: re.search(pattern, self.output(index), re.M),
+                         f"no {pattern!r}")
+
+    def wait_for_address(self, index):
+        """Until worker ``index``'s own TF_CONFIG address takes connections."""
+        host, port = json.loads(self.configs[index])["cluster"]["worker"][index].rsplit(":", 1)
+
+        def answers():
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return True
+            except OSError:
+                return False
+
+        self._wait_until(index, answers, f"nothing listens at {host}:{port}")
+
+    def _wait_until(self, index, done, failure):
         deadline = time.monotonic() + TIMEOUT
-        while not re.search(pattern, self.output(index), re.M):
+        while not done():
             assert all(p.poll() is None for p in self.processes), self.output(index)[-3000:]
-            assert time.monotonic() < deadline, f"no {pattern!r}: " + self.output(index)[-3000:]
+            assert time.monotonic() < deadline, f"{failure}: " + self.output(index)[-3000:]
             time.sleep(0.2)
 
     def finish(self):
@@ -187,16 +204,7 @@ def test_a_worker_whose_peer_never_starts_stops_at_once_on_sigterm_or_ctrl_c(tmp
         run = tmp_path / signum.name
         job = Job(tmp_path, corpus, [[f"--model_dir={run}"]])
         job.wait_for(0, r"waiting until every worker has started")
-        host, port = json.loads(job.configs[0])["cluster"]["worker"][0].rsplit(":", 1)
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            try:
-                socket.create_connection((host, int(port)), timeout=1).close()
-                break
-            except OSError:
-                assert job.processes[0].poll() is None, job.output(0)[-3000:]
-                assert time.monotonic() < deadline, job.output(0)[-3000:]
-                time.sleep(0.2)
+        job.wait_for_address(0)
         time.sleep(1)
         sent = time.monotonic()
         job.processes[0].send_signal(signum)
