@@ -294,7 +294,8 @@ def spread(values, digits: int = 3) -> str:
             f"[{min(values):.{digits}f}, {max(values):.{digits}f}]")
 
 
-def markdown(rows, columns) -> str:
+def markdown(rows, columns=None) -> str:
+    columns = columns or list(rows[0])  # default: the first row's keys
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
     return "\n".join(lines)

@@ -21,7 +21,8 @@ min and max over the passes of the time per step.
 options, corpus and batch size, in float32 and in the precision the main job picks on this
 machine (bfloat16 where the CPU has bf16 units; --main_job_precisions), each at the width the
 quickstart's recipe for that precision trains (benchmarks.common.MAIN_JOB_WIDTHS), over its whole
-first pass (--main_job_batches: at its small step a sample of 8 moves the row by points).
+first pass (--main_job_batches: at its small step a sample of 8 moves the row by points), its
+weight products also timed alone shape by shape (a second table: how near the peak they run).
 
 Model FLOPs follow the usual 6-FLOPs-per-weight-per-token count (2 forward, 4 backward), over
 REAL tokens only (padding is work the model wastes): source tokens through the encoder weights,
@@ -41,6 +42,8 @@ precision, and whether that change is within noise (``targets.repeat_comparison`
 status is 1 if a row differs by more.
 """
 
+import collections
+import math
 import os
 import statistics
 import sys
@@ -82,9 +85,9 @@ COLUMNS = ["preset", "precision", "XLA", "real tokens/step (src+tgt)", "padding"
            "% of bf16 peak", "peak memory MB (process / added)", "first pass s"]
 
 
-def measure(preset, precision, xla, vocab_size, batches, runs, overrides=None):
+def measure(preset, precision, xla, vocab_size, batches, runs, overrides=None, by_shape=False):
     """One configuration's row: a first pass over ``batches`` (tracing), then ``runs`` timed
-    passes of one update per batch."""
+    passes of one update per batch (``by_shape``: see ``matmuls_alone``)."""
     from keras_transformer.training import speed
 
     with common.PeakMemory() as memory:
@@ -107,21 +110,39 @@ def measure(preset, precision, xla, vocab_size, batches, runs, overrides=None):
            "model_flops_per_step": flops, "model_flops_per_second": flops / seconds,
            "peak_memory_bytes": memory.bytes, "added_memory_bytes": memory.added_bytes,
            "first_pass_seconds": first_pass}
-    row["matmul_seconds_alone"] = matmuls_alone(config, precision, batches)
+    row["matmul_seconds_alone"], products = matmuls_alone(config, precision, batches, by_shape)
     row["matmul_share_of_step"] = row["matmul_seconds_alone"] / seconds
+    if by_shape:
+        row["products_by_shape"] = products
     return row
 
 
-def matmuls_alone(config, precision, batches):
-    """The step's weight products alone (mean padded rows of the batches): the step's time
-    outside them is what the element-wise work, the loss and the optimizer cost."""
+def matmuls_alone(config, precision, batches, by_shape=False):
+    """(seconds, by shape) of the step's weight products alone (mean padded rows of the batches):
+    the step's time outside them is what the element-wise work, the loss and the optimizer cost.
+    ``by_shape``: also ``[{"shape", "per_step", "seconds"}]``, all of a step's products of a shape
+    timed in one call as the total is (else None): a small model's shapes are not 4096^3's."""
     import tensorflow as tf
 
     source_rows = round(statistics.mean(int(tf.size(b[0][0])) for b in batches))
     target_rows = round(statistics.mean(int(tf.size(b[1])) for b in batches))
-    compute_dtype = tf.bfloat16 if precision == "bfloat16" else tf.float32
-    return common.matmul_seconds(common.layer_matmul_shapes(config, source_rows, target_rows),
-                                 compute_dtype)
+    dtype = tf.bfloat16 if precision == "bfloat16" else tf.float32
+    shapes = common.layer_matmul_shapes(config, source_rows, target_rows)
+    products = [dict(shape=shape, per_step=n, seconds=common.matmul_seconds([shape] * n, dtype))
+                for shape, n in collections.Counter(shapes).items()] if by_shape else None
+    return common.matmul_seconds(shapes, dtype), products
+
+
+def shapes_table(rows, peaks):
+    """The main job's weight products shape by shape (6 FLOPs per weight and row)."""
+    flops = lambda p: 6.0 * p["per_step"] * math.prod(p["shape"]) / p["seconds"]  # noqa: E731
+    return common.markdown([{
+        "model": row["model"], "precision": row["precision"],
+        "rows x inputs x outputs": " x ".join(f"{n:,}" for n in p["shape"]),
+        "per step": p["per_step"], "ms alone (all per step)": f"{1e3 * p['seconds']:.2f}",
+        "GFLOP/s": f"{flops(p) / 1e9:,.1f}",
+        "share of its precision's peak": f"{100 * flops(p) / peaks[row['precision']]:.0f}%",
+    } for row in rows for p in row.get("products_by_shape", ())])
 
 
 def table_row(row, peaks):
@@ -167,7 +188,7 @@ def main_job_rows(smoke_overrides, count, runs, peak):
     rows = []
     for precision in dict.fromkeys(map(resolve_precision, FLAGS.main_job_precisions)):
         row = measure(job["preset"], precision, False, tokenizer.vocab_size, batches, runs,
-                      overrides=common.main_job_options(precision))
+                      overrides=common.main_job_options(precision), by_shape=True)
         row.update(batches=padding, main_job=True, dataset=config.dataset,
                    token_budget=config.token_budget, model=common.main_job_label(precision))
         rows.append(row)
@@ -271,6 +292,8 @@ def main(argv):
     if described:
         print(f"\n{f'{count} batches' if count else 'every batch of the first pass'} of "
               f"{described['dataset']} train, {described['token_budget']} tokens/side budget")
+    if any("products_by_shape" in row for row in rows):
+        table += f"\n\n{shapes_table(rows, peaks)}"
     print(f"\n{table}")
     machine["load_average_at_end"] = common.machine()["load_average"]
     result = {"machine": machine, "matmul_size": size,

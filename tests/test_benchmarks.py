@@ -1,6 +1,7 @@
 """`python -m benchmarks --smoke`: every benchmark's code path runs, and its report holds
 numbers that hang together (so the benchmark command cannot rot unnoticed)."""
 
+import collections
 import json
 import os
 import subprocess
@@ -75,7 +76,24 @@ def check_training_rows(smoke_report):
         assert row["model"] == main_job_label(row["precision"])
         config = TransformerConfig.from_preset(MAIN_JOB["preset"], result["data"]["vocab_size"],
                                                **main_job_options(row["precision"]))
-        assert row["parameters"] == build_model(config).count_params(), row["model"]
+        model = build_model(config)
+        assert row["parameters"] == model.count_params(), row["model"]
+        # Its products timed shape by shape: one per weight matrix of the model (the shared
+        # embedding as the pre-softmax projection), each shape once, each in the table.
+        products = row["products_by_shape"]
+        timed = collections.Counter()
+        for p in products:
+            tokens, inputs, outputs = p["shape"]
+            timed[inputs, outputs] += p["per_step"]
+            gflops = 6 * p["per_step"] * tokens * inputs * outputs / p["seconds"] / 1e9
+            assert (f"| {row['model']} | {row['precision']} | {tokens:,} x {inputs:,} x {outputs:,} | "
+                    f"{p['per_step']} | {1e3 * p['seconds']:.2f} | {gflops:,.1f} |"
+                    ) in result["markdown"]
+        matrices = [v for v in model.trainable_variables if len(v.shape) == 2]
+        # (a kernel is [inputs, outputs], the embedding [outputs, inputs])
+        assert timed == collections.Counter(
+            tuple(v.shape)[::-1] if "embedding" in v.path else tuple(v.shape) for v in matrices)
+        assert len({tuple(p["shape"]) for p in products}) == len(products)
     # The step's matmuls timed alone take part of the step, and XLA's own matmul was measured
     # because XLA rows ran.
     assert all(0 < r["matmul_share_of_step"] for r in rows)
