@@ -135,7 +135,9 @@ def matmuls_alone(config, precision, batches, by_shape=False):
 
 def shapes_table(rows, peaks):
     """The main job's weight products shape by shape (6 FLOPs per weight and row)."""
-    flops = lambda p: 6.0 * p["per_step"] * math.prod(p["shape"]) / p["seconds"]  # noqa: E731
+    def flops(p):
+        return 6.0 * p["per_step"] * math.prod(p["shape"]) / p["seconds"]
+
     return common.markdown([{
         "model": row["model"], "precision": row["precision"],
         "rows x inputs x outputs": " x ".join(f"{n:,}" for n in p["shape"]),
