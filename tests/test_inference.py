@@ -106,6 +106,23 @@ def test_greedy_banned_ids_and_given_limits_through_the_door(translator):
     np.testing.assert_array_equal(compiled(source_ids), greedy.ids)
 
 
+def test_the_banned_ids_reach_the_projection_as_its_bias(translator):
+    """The ids never produced are a bias on the output projection's product inside the search's
+    loop, a BiasAdd of the MatMul itself: the pattern grappler's remapper fuses into one kernel. An
+    add, or any op between the two, would cost a pass over [rows, vocabulary] at every step."""
+    search = tf.function(lambda ids: translator.search(ids).ids,
+                         input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    library = search.get_concrete_function().graph.as_graph_def().library
+    bodies = [f for f in library.function if "while_body" in f.signature.name]
+    assert bodies
+    for body in bodies:
+        ops = {node.name: node.op for node in body.node_def}
+        biased = [node for node in body.node_def if "output_projection" in node.name
+                  and node.op in ("BiasAdd", "AddV2", "Add")]
+        assert [node.op for node in biased] == ["BiasAdd"]
+        assert ops[biased[0].input[0].split(":")[0]] == "MatMul"
+
+
 def test_traced_search_with_a_static_batch_of_one(translator):
     source_ids, _, _ = translator.source_ids(tf.constant(SENTENCES[:1]))
     traced = tf.function(translator.translate_ids)(source_ids)  # batch size 1 known when tracing
