@@ -519,8 +519,8 @@ def search_inputs(model, memory, memory_mask, max_decode_length=None, logits_bia
         logits, cache = model.decode_step(ids[:, i], i, cache, memory_cache,
                                           grow_cache=max_decode_length is None, weights=weights)
         if logits_bias is not None:
-            # A BiasAdd, not an add: grappler fuses it into the projection's matrix product (one
-            # pass over the [rows, vocabulary] logits fewer per step, the same sums).
+            # A BiasAdd, not an add: grappler fuses it into a float32 projection's matrix product
+            # (one pass over the [rows, vocabulary] logits fewer per step, the same sums).
             with tf.name_scope("output_projection"):
                 logits = tf.nn.bias_add(logits, logits_bias)
         return logits, cache
