@@ -89,11 +89,14 @@ def category(op_type: str, name: str) -> str:
             return CATEGORIES[0]
         return CATEGORIES[2] if "batchmatmul" in op_type.lower() else CATEGORIES[1]
     if ("label_smoothed_loss" in lower or "softmax_cross_entropy" in lower or "one_hot" in lower
-            or op_type in ("ArgMax", "OneHot") or "SoftmaxCrossEntropy" in op_type):
+            or op_type in ("ArgMax", "OneHot", "KerasTransformerSoftmaxRows")
+            or "SoftmaxCrossEntropy" in op_type):
         return CATEGORIES[3]
-    if "dropout" in lower:
+    # Our kernels by type: a custom gradient's ops run outside the layer's name scope.
+    if "dropout" in lower or op_type.startswith(("KerasTransformerDropout", "KerasTransformerApply")):
         return CATEGORIES[4]
-    if "_norm" in lower or "moments" in lower or "batchnorm" in lower:
+    if ("_norm" in lower or "moments" in lower or "batchnorm" in lower
+            or op_type.startswith("KerasTransformerLayerNorm")):
         return CATEGORIES[5]
     if "embedding" in lower or op_type in ("GatherV2", "ResourceGather", "UnsortedSegmentSum"):
         return CATEGORIES[6]
@@ -102,7 +105,10 @@ def category(op_type: str, name: str) -> str:
     if "attention" in lower and ("Softmax" in op_type or op_type in (
             "SelectV2", "Select", "Sub", "Mul", "RealDiv", "Sum", "Neg", "Exp", "Max")):
         return CATEGORIES[7]
-    if op_type in ("Relu", "ReluGrad", "BiasAdd", "BiasAddGrad", "_MklRelu", "_MklReluGrad"):
+    if "attention" in lower and op_type in ("Pack", "Unpack"):  # Q, K and V apart or together
+        return CATEGORIES[8]
+    if (op_type in ("Relu", "ReluGrad", "BiasAdd", "BiasAddGrad", "_MklRelu", "_MklReluGrad")
+            or "bias_gradient" in lower):  # layers.dense's
         return CATEGORIES[9]
     if op_type == "Cast":
         return CATEGORIES[10]

@@ -490,3 +490,48 @@ def test_profile_categories_follow_the_ops_names():
     # The loss's own ops, in its name scope, also under the gradient tape.
     for name in ("label_smoothed_loss/Exp", "gradient_tape/label_smoothed_loss/mul_1"):
         assert category("Exp", name).startswith("loss")
+    # The fused Q, K, V split into heads (an unstack) and its gradient (a stack).
+    assert category("Pack", "gradient_tape/encoder_1/layer_1_1/self_attention_1/stack"
+                    ).startswith("transposes")
+
+
+def test_profile_names_every_kernel_of_ours_without_its_layers_scope():
+    """A custom gradient's ops run outside the layer's name scope (the profile shows
+    ``KerasTransformerLayerNormGrad_5`` alone): each kernel the library registers has a category
+    by its type."""
+    import re
+
+    from benchmarks.profile_step import category
+
+    with open(os.path.join(ROOT, "keras_transformer", "layers", "cpu_kernels.cc")) as stream:
+        kernels = re.findall(r'REGISTER_OP\("(\w+)"\)', stream.read())
+    assert len(kernels) >= 5
+    expected = {"Dropout": "dropout", "ApplyKeep": "dropout", "LayerNorm": "LayerNorm",
+                "SoftmaxRows": "loss"}
+    for kernel in kernels:
+        (want,) = [value for key, value in expected.items() if key in kernel]
+        assert category(kernel, f"{kernel}_5").startswith(want), kernel
+
+
+def test_a_dense_layers_bias_gradient_is_profiled_as_the_bias():
+    """layers.dense's hand-written gradient sums the bias gradient outside any name scope; its
+    name puts it beside BiasAdd in the profile, not among "other ops"."""
+    import tensorflow as tf
+
+    from benchmarks.profile_step import category
+    from keras_transformer.layers.dense import affine
+
+    rows = tf.random.normal([6, 4])
+    kernel, bias = tf.Variable(tf.ones([4, 3])), tf.Variable(tf.zeros([3]))
+
+    @tf.function
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(affine(rows, kernel, bias, relu=True, training=True))
+        return tape.gradient(loss, [kernel, bias])
+
+    graph = gradients.get_concrete_function().graph
+    bias_sums = [op for op in graph.get_operations()
+                 if op.type == "Sum" and op.outputs[0].shape.as_list() == [3]]
+    assert len(bias_sums) == 1
+    assert category("Sum", bias_sums[0].name).startswith("bias add")
