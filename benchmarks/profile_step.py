@@ -93,7 +93,8 @@ def category(op_type: str, name: str) -> str:
             or "SoftmaxCrossEntropy" in op_type):
         return CATEGORIES[3]
     # Our kernels by type: a custom gradient's ops run outside the layer's name scope.
-    if "dropout" in lower or op_type.startswith(("KerasTransformerDropout", "KerasTransformerApply")):
+    if "dropout" in lower or op_type in ("KerasTransformerDropoutKeep",
+                                         "KerasTransformerApplyKeep"):
         return CATEGORIES[4]
     if ("_norm" in lower or "moments" in lower or "batchnorm" in lower
             or op_type.startswith("KerasTransformerLayerNorm")):
